@@ -1,0 +1,108 @@
+"""Atomic file output and the table readers shared by every step.
+
+Every file the pipeline produces is written to a temporary sibling first and renamed into place,
+so a killed job never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
+
+    The temporary name keeps the final suffix (``.parquet``, ``.npz`` …) so libraries that
+    dispatch on the extension behave. On error the temporary file is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix if suffix is None else suffix
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_parquet_atomic(path: str | os.PathLike, frame: pd.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+CAPTION_COLUMNS = ["dataset", "split", "image_id", "lang", "caption_idx", "raw", "text"]
+RAW_CAPTION_COLUMNS = CAPTION_COLUMNS[:-1]
+IMAGE_COLUMNS = ["image_id", "path"]
+
+
+def read_captions(path: str | os.PathLike, *, lang: str | None = None) -> pd.DataFrame:
+    """Read a caption table (DESIGN §4), optionally keeping one language; row order is kept."""
+    frame = pd.read_parquet(path)
+    missing = [c for c in RAW_CAPTION_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not a caption table, missing columns {missing}")
+    if lang is not None:
+        frame = frame[frame["lang"] == lang].reset_index(drop=True)
+    return frame
+
+
+FEATURE_FORMATS = (".npz", ".parquet")
+
+
+def save_features(path: str | os.PathLike, *, image_ids: list[str], features) -> None:
+    """Write image features atomically: ``.npz`` (keys ``image_id``, ``features``) or ``.parquet``
+    (column ``image_id`` then one column per dimension, ``f0000`` …). The dtype is kept."""
+    import numpy as np
+
+    path = Path(path)
+    features = np.asarray(features)
+    if features.ndim != 2 or features.shape[0] != len(image_ids):
+        raise ValueError(f"{path}: {len(image_ids)} ids but features of shape {features.shape}")
+    if path.suffix == ".npz":
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as handle:
+                np.savez(handle, image_id=np.asarray(image_ids, dtype=str), features=features)
+    elif path.suffix == ".parquet":
+        columns = {"image_id": pd.Series(list(image_ids), dtype=str)}
+        for j in range(features.shape[1]):
+            columns[f"f{j:04d}"] = features[:, j]
+        write_parquet_atomic(path, pd.DataFrame(columns))
+    else:
+        raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")
+
+
+def load_features(path: str | os.PathLike):
+    """Read features written by :func:`save_features`: returns ``(image_ids, array)``, rows aligned."""
+    import numpy as np
+
+    path = Path(path)
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            return [str(x) for x in data["image_id"]], data["features"]
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+        ids = frame.pop("image_id").astype(str).tolist()
+        return ids, frame.to_numpy()
+    raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")

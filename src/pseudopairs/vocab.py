@@ -1,0 +1,88 @@
+"""Vocabulary: one table for all languages (same word form = same row), built from training
+captions only; words seen fewer than ``min_count`` times map to UNK (paper §3.1; DESIGN §1).
+
+JSON layout: ``{"min_count": 4, "pad": "<pad>", "unk": "<unk>", "words": [...], "counts": {...}}``;
+a word's id is its position in ``words`` (PAD = 0, UNK = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from pseudopairs.io import read_captions, write_json_atomic
+
+PAD = "<pad>"
+UNK = "<unk>"
+PAD_ID = 0
+UNK_ID = 1
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    words: list[str]
+    min_count: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {w: i for i, w in enumerate(self.words)})
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a prepared (space-joined) caption; unknown words → UNK."""
+        index = self._index  # type: ignore[attr-defined]
+        return [index.get(tok, UNK_ID) for tok in text.split()]
+
+    def to_json(self) -> dict:
+        return {"min_count": self.min_count, "pad": PAD, "unk": UNK, "words": self.words,
+                "counts": self.counts}
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(words=list(data["words"]), min_count=int(data["min_count"]),
+                   counts=dict(data.get("counts", {})))
+
+
+def build_vocabulary(texts: Iterable[str], *, min_count: int) -> Vocabulary:
+    """Count whitespace tokens; keep words with count ≥ ``min_count``, most frequent first, ties
+    broken alphabetically so the table is deterministic."""
+    if min_count < 1:
+        raise ValueError(f"vocab.min_count must be ≥ 1, got {min_count}")
+    counts = Counter(tok for text in texts for tok in text.split())
+    kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    kept = [w for w in kept if w not in (PAD, UNK)]
+    return Vocabulary(words=[PAD, UNK, *kept], min_count=min_count,
+                      counts={w: counts[w] for w in kept})
+
+
+def build_vocabulary_from_tables(paths: Iterable[str | Path], *, min_count: int) -> Vocabulary:
+    texts: list[str] = []
+    for path in paths:
+        frame = read_captions(path)
+        if "text" not in frame.columns:
+            raise ValueError(f"{path}: caption table has no prepared 'text' column")
+        if (frame["split"] != "train").any():
+            raise ValueError(f"{path}: the vocabulary is built from training captions only")
+        texts.extend(frame["text"].tolist())
+    return build_vocabulary(texts, min_count=min_count)
+
+
+def _cli_vocab(args: argparse.Namespace) -> None:
+    vocab = build_vocabulary_from_tables(args.captions, min_count=args.min_count)
+    write_json_atomic(args.output, vocab.to_json())
+    print(f"vocabulary: {len(vocab)} words (min count {args.min_count}) -> {args.output}")
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("vocab", help="build the shared vocabulary from training caption tables")
+    p.add_argument("captions", nargs="+", help="prepared training caption tables (.parquet)")
+    p.add_argument("--min-count", type=int, required=True)
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cli_vocab)
