@@ -21,6 +21,7 @@ STEP_MODULES = [
     "features",
     "training",
     "evaluation",
+    "metrics",
     "tables",
 ]
 

@@ -1,0 +1,32 @@
+# pseudopairs: Kádár et al., "Bootstrapping Disjoint Datasets for Multilingual Multimodal
+# Representation Learning", from raw data to the paper's tables.
+#
+#   snakemake --cores 2 results/table1.csv                       # offline demo world (default)
+#   snakemake --cores 8 --configfile config/paper.yaml ...       # real data (see README)
+from pathlib import Path
+
+from pseudopairs.config import check_config, load_schema
+
+# Data sets, experiments and tables are shared by every configuration.
+configfile: "config/experiments.yaml"
+# The demo world is the default; `--configfile config/paper.yaml` replaces it (not merged).
+if not workflow.config_settings.configfiles:
+    configfile: "config/config.yaml"
+
+# Fails before any job runs, naming each wrong, missing or unknown key.
+check_config(config, load_schema(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"))
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/text.smk"
+include: "workflow/rules/features.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        all_tables(),
+        layout.tables_markdown(),
+    default_target: True

@@ -1,0 +1,175 @@
+"""The paper's tables from per-model ``metrics.json`` files: mean, standard deviation (sample,
+ddof=1; empty for one seed) and n over seeds, with the published numbers beside ours.
+
+Retrieval tables report, per language, R@1 I→T, R@1 T→I and Sum (R@1+R@5+R@10, both directions);
+``sum_sum: true`` adds Sum(Sum) over the table's languages. Translation tables (Table 7) report
+R@1 of the true translation in both directions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from statistics import mean, stdev
+
+import pandas as pd
+
+from pseudopairs import layout
+from pseudopairs.io import atomic_path, write_text_atomic
+
+RETRIEVAL_COLUMNS = ("i2t_r1", "t2i_r1", "rsum")  # the paper's three numbers per language
+
+
+def summarise(values: list[float]) -> tuple[float, float, int]:
+    """(mean, sample standard deviation or NaN for a single value, n)."""
+    if not values:
+        return math.nan, math.nan, 0
+    return mean(values), (stdev(values) if len(values) > 1 else math.nan), len(values)
+
+
+def _put(record: dict, name: str, values: list[float]) -> None:
+    m, s, _ = summarise(values)
+    record[f"{name}_mean"] = m
+    record[f"{name}_std"] = s
+
+
+def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
+    """``metrics[experiment]`` = the metrics.json contents of its seeds."""
+    langs = spec["langs"]
+    records = []
+    for row in spec["rows"]:
+        runs = metrics.get(row.get("experiment"), [])
+        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs)}
+        for lang in langs:
+            for column in RETRIEVAL_COLUMNS:
+                _put(record, f"{lang}_{column}", [run["retrieval"][lang][column] for run in runs])
+        if spec.get("sum_sum"):
+            _put(record, "sum_sum", [sum(run["retrieval"][lang]["rsum"] for lang in langs) for run in runs])
+        paper = row.get("paper", {})
+        for lang in langs:
+            for column, value in zip(RETRIEVAL_COLUMNS, paper.get(lang, [math.nan] * 3)):
+                record[f"paper_{lang}_{column}"] = value
+        if spec.get("sum_sum"):
+            record["paper_sum_sum"] = paper.get("sum_sum", math.nan)
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def translation_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
+    records = []
+    for row in spec["rows"]:
+        runs = metrics.get(row.get("experiment"), [])
+        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs)}
+        directions = sorted({d for run in runs for d in run["translation"]}) or ["en2de", "de2en"]
+        for direction in directions:
+            _put(record, f"{direction}_r1", [run["translation"][direction] for run in runs])
+        for direction, value in row.get("paper", {}).items():
+            record[f"paper_{direction}"] = value
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def load_metrics(spec: dict, seeds: list[int]) -> dict[str, list[dict]]:
+    """Read ``metrics.json`` of every (experiment, seed) the table names; a missing file is an error."""
+    metrics: dict[str, list[dict]] = {}
+    for row in spec["rows"]:
+        name = row.get("experiment")
+        if not name or name in metrics:
+            continue
+        runs = []
+        for seed in seeds:
+            path = Path(layout.metrics(name, seed))
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: metrics of experiment {name!r} seed {seed} are missing")
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+        metrics[name] = runs
+    return metrics
+
+
+def build_table(spec: dict, seeds: list[int]) -> pd.DataFrame:
+    metrics = load_metrics(spec, seeds)
+    if spec["kind"] == "translation":
+        return translation_table(spec, metrics)
+    return retrieval_table(spec, metrics)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.1f}"
+    return str(value)
+
+
+def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
+    """One table as Markdown: ours as "mean ± std", the paper's number in brackets."""
+    if spec["kind"] == "translation":
+        keys = [c[: -len("_r1_mean")] for c in frame.columns if c.endswith("_r1_mean")]
+        header = ["", *[f"{k.replace('2', '→').upper()} R@1" for k in keys], "n"]
+        cells = [[row["row"], *[_cell(row, f"{k}_r1", f"paper_{k}") for k in keys], str(row["n"])]
+                 for _, row in frame.iterrows()]
+    else:
+        langs = spec["langs"]
+        header = [""]
+        for lang in langs:
+            header += [f"{lang} I→T R@1", f"{lang} T→I R@1", f"{lang} Sum"]
+        if spec.get("sum_sum"):
+            header.append("Sum(Sum)")
+        header.append("n")
+        cells = []
+        for _, row in frame.iterrows():
+            line = [row["row"]]
+            for lang in langs:
+                line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in RETRIEVAL_COLUMNS]
+            if spec.get("sum_sum"):
+                line.append(_cell(row, "sum_sum", "paper_sum_sum"))
+            line.append(str(row["n"]))
+            cells.append(line)
+    lines = [f"## {spec['title']}", "", "| " + " | ".join(header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(line) + " |" for line in cells]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(row, ours: str, paper: str) -> str:
+    m, s = row.get(f"{ours}_mean", math.nan), row.get(f"{ours}_std", math.nan)
+    text = _fmt(m) if not pd.isna(m) else "–"
+    if not pd.isna(s):
+        text += f" ± {_fmt(s)}"
+    ref = row.get(paper, math.nan)
+    if not pd.isna(ref):
+        text += f" [{_fmt(float(ref))}]"
+    return text
+
+
+def _cli_table(args: argparse.Namespace) -> None:
+    spec = json.loads(args.spec)
+    frame = build_table(spec, [int(s) for s in args.seeds])
+    with atomic_path(args.output) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.4f")
+    print(markdown_table(args.name, spec, frame))
+
+
+def _cli_markdown(args: argparse.Namespace) -> None:
+    specs = json.loads(args.specs)
+    parts = ["# Results\n",
+             "Ours: mean ± standard deviation over seeds (n = number of seeds); the paper's "
+             "published number in [brackets].\n"]
+    for path in args.tables:
+        name = Path(path).stem
+        parts.append(markdown_table(name, specs[name], pd.read_csv(path)))
+    write_text_atomic(args.output, "\n".join(parts))
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("table", help="aggregate metrics.json over seeds into one table CSV")
+    p.add_argument("--name", required=True)
+    p.add_argument("--spec", required=True, help="the table's config entry as JSON")
+    p.add_argument("--seeds", nargs="+", required=True)
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cli_table)
+    p = subparsers.add_parser("tables-markdown", help="render table CSVs as one Markdown file")
+    p.add_argument("--specs", required=True, help="the config's tables section as JSON")
+    p.add_argument("--output", required=True)
+    p.add_argument("tables", nargs="+")
+    p.set_defaults(func=_cli_markdown)

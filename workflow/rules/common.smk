@@ -1,0 +1,47 @@
+# Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call.
+import json
+
+from pseudopairs import experiments as ex
+from pseudopairs import layout
+
+WORLD = config["data"]["source"] == "world"
+FMT = config["features"]["format"]
+GPU = config["resources"]["gpu"]
+SPLITS = list(ex.SPLITS)
+
+
+wildcard_constraints:
+    corpus="[A-Za-z0-9_]+",
+    split="train|val|test",
+    experiment="[A-Za-z0-9][A-Za-z0-9_-]*",
+    seed="[0-9]+",
+    lang="[a-z]{2}",
+    table="table[0-9]+",
+
+
+def as_json(value):
+    """A config section as a compact JSON string (a rule param, so a change reruns the rule)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def all_tables():
+    return [layout.table(name) for name in config["tables"]]
+
+
+def text_langs():
+    """Languages whose captions are prepared (truecaser models are trained for these)."""
+    langs = {d["lang"] for d in config["datasets"].values()}
+    langs.update(config["evaluation"]["translation_langs"])
+    return sorted(langs)
+
+
+def truecase_inputs(wildcards):
+    if config["text"]["case"] != "truecase":
+        return []
+    return [layout.truecase_model(lang) for lang in text_langs()]
+
+
+def truecase_args(wildcards, input):
+    if config["text"]["case"] != "truecase":
+        return ""
+    return " ".join(f"--truecase-model {lang}={layout.truecase_model(lang)}" for lang in text_langs())

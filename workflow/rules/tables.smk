@@ -1,0 +1,33 @@
+# The paper's tables: mean, standard deviation and n over seeds, with the published numbers.
+
+
+rule table:
+    input:
+        lambda w: ex.table_inputs(config, w.table),
+    output:
+        layout.table("{table}"),
+    params:
+        spec=lambda w: as_json(config["tables"][w.table]),
+        seeds=" ".join(str(s) for s in config["seeds"]),
+    log:
+        layout.log("table", "{table}"),
+    benchmark:
+        layout.benchmark("table", "{table}")
+    shell:
+        "pseudopairs table --name {wildcards.table} --spec {params.spec:q} --seeds {params.seeds} "
+        "--output {output} > {log} 2>&1"
+
+
+rule tables_markdown:
+    input:
+        all_tables(),
+    output:
+        layout.tables_markdown(),
+    params:
+        specs=as_json(config["tables"]),
+    log:
+        layout.log("tables_markdown", "tables"),
+    benchmark:
+        layout.benchmark("tables_markdown", "tables")
+    shell:
+        "pseudopairs tables-markdown --specs {params.specs:q} --output {output} {input} > {log} 2>&1"

@@ -1,0 +1,47 @@
+# Moses text preparation of every caption table, truecaser models, and the shared vocabulary.
+
+
+rule prepare_captions:
+    input:
+        raw=layout.raw_captions("{corpus}", "{split}"),
+        truecase=truecase_inputs,
+    output:
+        layout.captions("{corpus}", "{split}"),
+    params:
+        case=config["text"]["case"],
+        truecase=truecase_args,
+    log:
+        layout.log("prepare_captions", "{corpus}.{split}"),
+    benchmark:
+        layout.benchmark("prepare_captions", "{corpus}.{split}")
+    shell:
+        "pseudopairs prepare-captions --input {input.raw} --output {output} "
+        "--case {params.case} {params.truecase} > {log} 2>&1"
+
+
+rule train_truecaser:
+    input:
+        [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)],
+    output:
+        layout.truecase_model("{lang}"),
+    log:
+        layout.log("train_truecaser", "{lang}"),
+    benchmark:
+        layout.benchmark("train_truecaser", "{lang}")
+    shell:
+        "pseudopairs train-truecaser --input {input} --lang {wildcards.lang} --output {output} > {log} 2>&1"
+
+
+rule vocab:
+    input:
+        [layout.captions(corpus, "train") for corpus in config["vocab"]["corpora"]],
+    output:
+        layout.vocabulary(),
+    params:
+        min_count=config["vocab"]["min_count"],
+    log:
+        layout.log("vocab", "vocab"),
+    benchmark:
+        layout.benchmark("vocab", "vocab")
+    shell:
+        "pseudopairs vocab {input} --min-count {params.min_count} --output {output} > {log} 2>&1"

@@ -1,0 +1,48 @@
+# One training job per experiment x seed (experiments are declared in the config), then the
+# evaluation of its best checkpoint on the test split.
+
+
+rule train:
+    input:
+        lambda w: ex.training_inputs(config, w.experiment, int(w.seed)),
+    output:
+        checkpoint=layout.checkpoint("{experiment}", "{seed}"),
+        log=layout.train_log("{experiment}", "{seed}"),
+    params:
+        spec=lambda w: as_json(ex.training_spec(config, w.experiment, int(w.seed))),
+        settings=as_json({**config["training"], **config["model"]}),
+        out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
+        vocab=layout.vocabulary(),
+    threads: config["training"]["threads"]
+    resources:
+        gpu=GPU,
+    log:
+        layout.log("train", "{experiment}.seed{seed}"),
+    benchmark:
+        layout.benchmark("train", "{experiment}.seed{seed}")
+    shell:
+        "pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
+        "--vocab {params.vocab} --out-dir {params.out_dir} --seed {wildcards.seed} > {log} 2>&1"
+
+
+rule evaluate:
+    input:
+        lambda w: ex.evaluation_inputs(config, w.experiment, int(w.seed)),
+    output:
+        layout.metrics("{experiment}", "{seed}"),
+    params:
+        spec=as_json(ex.evaluation_spec(config)),
+        checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
+        vocab=layout.vocabulary(),
+        device=config["training"]["device"],
+    threads: config["training"]["threads"]
+    resources:
+        gpu=GPU,
+    log:
+        layout.log("evaluate", "{experiment}.seed{seed}"),
+    benchmark:
+        layout.benchmark("evaluate", "{experiment}.seed{seed}")
+    shell:
+        "pseudopairs evaluate --checkpoint {params.checkpoint} --vocab {params.vocab} "
+        "--spec {params.spec:q} --experiment {wildcards.experiment} --seed {wildcards.seed} "
+        "--device {params.device} --threads {threads} --output {output} > {log} 2>&1"
