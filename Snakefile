@@ -7,14 +7,16 @@ from pathlib import Path
 
 from pseudopairs.config import check_config, load_schema
 
+REPO = Path(workflow.basedir)
+
 # Data sets, experiments and tables are shared by every configuration.
-configfile: "config/experiments.yaml"
+configfile: REPO / "config" / "experiments.yaml"
 # The demo world is the default; `--configfile config/paper.yaml` replaces it (not merged).
 if not workflow.config_settings.configfiles:
-    configfile: "config/config.yaml"
+    configfile: REPO / "config" / "config.yaml"
 
 # Fails before any job runs, naming each wrong, missing or unknown key.
-check_config(config, load_schema(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"))
+check_config(config, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))
 
 
 include: "workflow/rules/common.smk"

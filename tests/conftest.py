@@ -1,0 +1,39 @@
+"""Shared test helpers: repository paths and the real Multi30K mirror beside the checkout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def multi30k_root() -> Path:
+    if not SHARED_MULTI30K.is_dir():
+        pytest.skip(f"real Multi30K text not found at {SHARED_MULTI30K}")
+    return SHARED_MULTI30K
+
+
+def snakemake_exe() -> str:
+    exe = Path(sys.executable).with_name("snakemake")
+    return str(exe) if exe.exists() else (shutil.which("snakemake") or "snakemake")
+
+
+def run_snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the repository's Snakefile in ``workdir`` (so results/ lands there)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

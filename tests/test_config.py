@@ -1,0 +1,58 @@
+"""Config validation: both shipped configs pass; wrong types, missing and unknown keys and
+dangling references fail naming the key; Snakemake refuses before any job runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+from pseudopairs.config import ConfigError, check_config, load_config
+
+
+def shipped(name: str) -> dict:
+    return load_config(REPO / "config" / "experiments.yaml", REPO / "config" / name)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_shipped_configs_are_valid(name):
+    config = check_config(shipped(name))
+    assert config["experiments"]["en"].get("c2c", []) == []  # schema default filled in
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["training"].update(batch_size="big"), "config key 'training.batch_size': 'big' is not of type 'integer'"),
+        (lambda c: c["model"].pop("joint_dim"), "config key 'model': 'joint_dim' is a required property"),
+        (lambda c: c["training"].update(learning_rat=1e-3), "config key 'training': unknown key(s) 'learning_rat'"),
+        (lambda c: c.update(sedes=[1]), "config key '<top level>': unknown key(s) 'sedes'"),
+        (lambda c: c["text"].update(case="upper"), "config key 'text.case'"),
+        (lambda c: c["data"].update(source="paper"), "'paper_data' is a required property"),
+        (lambda c: c["experiments"]["en"].update(c2i=["m30k.fr"]), "config key 'experiments.en.c2i.0': unknown data set 'm30k.fr'"),
+        (lambda c: c["experiments"]["en"].update(c2c=[["m30k.en", "coco.en"]]), "config key 'experiments.en.c2c.0': a c2c pair needs two languages over the same images"),
+        (lambda c: c["experiments"]["en"].update(finetune="nope"), "config key 'experiments.en.finetune': unknown experiment 'nope'"),
+        (lambda c: (c["experiments"]["en"].update(finetune="de"), c["experiments"]["de"].update(finetune="en")), "cycle en -> de -> en"),
+        (lambda c: c["tables"]["table1"]["rows"][0].update(experiment="missing"), "config key 'tables.table1.rows.0.experiment': unknown experiment 'missing'"),
+        (lambda c: c.update(seeds=[1, 1]), "config key 'seeds'"),
+    ],
+)
+def test_bad_config_names_the_key(mutate, message):
+    config = copy.deepcopy(shipped("config.yaml"))
+    mutate(config)
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert message in str(err.value)
+
+
+def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["training"]["patience"] = "ten"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    result = run_snakemake(tmp_path, "-n", "--cores", "1", "results/vocab.json", "--configfile", str(bad))
+    assert result.returncode != 0
+    assert "config key 'training.patience': 'ten' is not of type 'integer'" in result.stderr + result.stdout
+    assert not (tmp_path / "results").exists()

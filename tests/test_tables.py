@@ -1,0 +1,70 @@
+"""Tables aggregate per-seed metrics into mean, sample std and n, beside the paper's numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from pseudopairs import tables
+
+
+def run(en_rsum, en_i2t, de_rsum=300.0, en2de=80.0):
+    metric = {"i2t_r1": en_i2t, "t2i_r1": 20.0, "rsum": en_rsum}
+    return {"retrieval": {"en": metric, "de": {"i2t_r1": 30.0, "t2i_r1": 25.0, "rsum": de_rsum}},
+            "translation": {"en2de": en2de, "de2en": 70.0}}
+
+
+SPEC = {"title": "T", "kind": "retrieval", "langs": ["en", "de"], "sum_sum": True,
+        "rows": [{"label": "A", "experiment": "a", "paper": {"en": [1.0, 2.0, 3.0], "sum_sum": 9.0}},
+                 {"label": "ref only", "paper": {"de": [4.0, 5.0, 6.0]}}]}
+
+
+def test_summarise_uses_sample_standard_deviation():
+    m, s, n = tables.summarise([1.0, 2.0, 4.0])
+    assert (m, n) == (7 / 3, 3)
+    assert s == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
+    assert math.isnan(tables.summarise([5.0])[1])
+
+
+def test_retrieval_table_values():
+    frame = tables.retrieval_table(SPEC, {"a": [run(100.0, 10.0), run(110.0, 14.0, de_rsum=310.0)]})
+    a = frame.iloc[0]
+    assert a["n"] == 2
+    assert a["en_rsum_mean"] == 105.0 and a["en_rsum_std"] == pytest.approx(math.sqrt(50))
+    assert a["en_i2t_r1_mean"] == 12.0
+    assert a["sum_sum_mean"] == pytest.approx((400 + 420) / 2)
+    assert a["paper_en_i2t_r1"] == 1.0 and a["paper_en_rsum"] == 3.0 and a["paper_sum_sum"] == 9.0
+    assert math.isnan(a["paper_de_rsum"])
+    ref = frame.iloc[1]
+    assert ref["n"] == 0 and math.isnan(ref["en_rsum_mean"]) and ref["paper_de_t2i_r1"] == 5.0
+
+
+def test_cli_reads_metrics_files_and_writes_csv_and_markdown(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = {"title": "Table 7", "kind": "translation",
+            "rows": [{"label": "DPCCA", "paper": {"en2de": 82.6, "de2en": 79.1}},
+                     {"label": "En + De", "experiment": "en_de", "paper": {"en2de": 82.7, "de2en": 83.4}}]}
+    for seed, value in [(1, 60.0), (2, 64.0)]:
+        path = tmp_path / f"results/models/en_de/seed{seed}/metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(run(1.0, 1.0, en2de=value)))
+    from pseudopairs.cli import main
+    assert main(["table", "--name", "table7", "--spec", json.dumps(spec), "--seeds", "1", "2",
+                 "--output", "results/table7.csv"]) == 0
+    frame = pd.read_csv(tmp_path / "results/table7.csv")
+    assert list(frame["row"]) == ["DPCCA", "En + De"]
+    assert frame.loc[1, "en2de_r1_mean"] == 62.0 and frame.loc[1, "de2en_r1_mean"] == 70.0
+    assert frame.loc[1, "n"] == 2 and frame.loc[0, "n"] == 0
+    assert main(["tables-markdown", "--specs", json.dumps({"table7": spec}), "--output",
+                 "results/tables.md", "results/table7.csv"]) == 0
+    text = (tmp_path / "results/tables.md").read_text()
+    assert "| En + De | 62.0 ± 2.8 [82.7] | 70.0 ± 0.0 [83.4] | 2 |" in text
+
+
+def test_missing_metrics_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="results/models/a/seed1/metrics.json"):
+        tables.build_table(SPEC, [1])

@@ -1,0 +1,65 @@
+"""Workflow dry-runs: the DAG of both configurations resolves without any data present."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import REPO, run_snakemake
+
+
+def job_counts(output: str) -> dict[str, int]:
+    counts = {}
+    table = output.split("Job stats:")[-1]
+    for line in table.splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def test_demo_data_targets_dry_run(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/vocab.json",
+                           "results/captions/m30k_task1/test.parquet")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    assert counts["world"] == 1
+    assert counts["vocab"] == 1
+    # m30k train + coco train for the vocabulary, plus the task1 test table
+    assert counts["prepare_captions"] == 3
+
+
+def test_demo_tables_dry_run(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/table1.csv", "results/table2.csv",
+                           "results/table3.csv", "results/table7.csv")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    assert counts["train"] == 9 * 2  # 9 experiments x 2 seeds
+    assert counts["evaluate"] == 18
+    assert counts["features"] == 4   # m30k train/val/test + coco train
+    assert counts["table"] == 4
+
+
+def test_paper_data_targets_dry_run_without_data(tmp_path):
+    result = run_snakemake(tmp_path, "results/vocab.json", "results/captions/m30k_task1/test.parquet",
+                           "-n", "-p", "--cores", "8", "--configfile", str(REPO / "config" / "paper.yaml"))
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    # task2 train: 5 captions x 2 languages + image split; task1 test: 2 languages + image split
+    assert counts["download_multi30k"] == 11 + 3
+    assert counts["read_multi30k_task2"] == 1 and counts["read_multi30k_task1"] == 1
+    assert counts["download_karpathy"] == 1 and counts["read_coco"] == 1
+    assert "world" not in counts
+    assert "raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a" in result.stdout
+
+
+def test_paper_truecase_adds_truecaser_jobs(tmp_path):
+    import yaml
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config["text"]["case"] = "truecase"
+    path = tmp_path / "paper_truecase.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_snakemake(tmp_path, "results/vocab.json", "-n", "--cores", "2", "--configfile", str(path))
+    assert result.returncode == 0, result.stderr
+    assert job_counts(result.stdout)["train_truecaser"] == 2  # en, de
