@@ -61,7 +61,7 @@ else:
             "--retries {params.retries} > {log} 2>&1"
 
     def read_multi30k_command(task):
-        images_out = " --images-out {output.images}" if task == "task2" else ""
+        images_out = " --images-out {output.images}" if task == "task2" else " --langs {params.langs}"
         return (
             "pseudopairs read-multi30k --root {params.root} --task " + task + " "
             "--split {params.upstream} --canonical-split {wildcards.split} "
@@ -93,6 +93,7 @@ else:
             captions=layout.raw_captions("m30k_task1", "{split}"),
         params:
             upstream=lambda w: M30K["task1_splits"][w.split],
+            langs=",".join(M30K["task1_langs"]),
             images_dir=PAPER["flickr30k_images"],
             root=f"{DOWNLOADS}/multi30k",
         log:
