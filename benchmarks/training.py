@@ -1,0 +1,164 @@
+"""Training throughput: the real per-update code path vs a bare PyTorch step.
+
+    .venv/bin/python benchmarks/training.py [--updates N] [--device auto] [--preset paper|demo]
+
+*real*: ``Trainer.step()`` exactly as the training loop calls it (task draw, batch assembly from
+the data set's stream, host→device copy, forward, VSE++ loss, backward, clipping, Adam step) plus
+the loop's loss read-back every ``LOSS_READBACK_EVERY`` updates.
+*bare*: the same model, loss and optimiser on the same batches, pre-built on the device, in a
+plain loop. Both run in the same process, in alternating blocks after a warm-up; the ratio
+real / bare is the share of the bare speed the pipeline keeps (goal ≥ 0.95).
+
+Synthetic data with the paper's shapes: vocabulary 10K, 2048-d float16 image features, captions of
+6–18 tokens (mean ≈ 12), 5 En + 5 De captions per image, c2i on both languages plus c2c (p = 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from pseudopairs.data import C2CData, C2IData, CaptionSet, TokenTable
+from pseudopairs.model import RankingModel, contrastive_loss
+from pseudopairs.training import LOSS_READBACK_EVERY, Trainer, resolve_device
+
+PRESETS = {
+    "paper": {"embedding_dim": 300, "joint_dim": 1024, "batch_size": 128},
+    "demo": {"embedding_dim": 64, "joint_dim": 256, "batch_size": 64},
+}
+VOCAB = 10_000
+IMAGE_DIM = 2048
+
+
+def synthetic_sets(*, n_images: int, seed: int) -> tuple[list[C2IData], list[C2CData]]:
+    rng = np.random.default_rng(seed)
+    ids = np.array([f"img{i:06d}" for i in range(n_images)])
+    features = rng.normal(size=(n_images, IMAGE_DIM)).astype(np.float16)
+    sets = {}
+    for lang in ("en", "de"):
+        image_of = np.repeat(np.arange(n_images), 5)
+        lengths = rng.integers(6, 19, size=len(image_of))
+        tokens = TokenTable.from_lists([rng.integers(2, VOCAB, size=n).tolist() for n in lengths])
+        sets[lang] = CaptionSet(name=f"m30k.{lang}", lang=lang, image_ids=ids[image_of],
+                                caption_idx=np.tile(np.arange(5), n_images), texts=[""] * len(image_of),
+                                tokens=tokens, feature_rows=image_of, features=features,
+                                feature_ids=ids.tolist())
+    return ([C2IData(sets["en"]), C2IData(sets["de"])],
+            [C2CData("m30k.en+m30k.de", sets["en"], sets["de"])])
+
+
+def make_trainer(preset: dict, device: torch.device, data) -> Trainer:
+    torch.manual_seed(0)
+    model = RankingModel(VOCAB, embedding_dim=preset["embedding_dim"], joint_dim=preset["joint_dim"],
+                         image_dim=IMAGE_DIM).to(device)
+    settings = {"batch_size": preset["batch_size"], "learning_rate": 2e-4, "grad_clip": 2.0,
+                "margin": 0.2, "max_violation": True, "c2c_probability": 0.5}
+    c2i, c2c = data
+    return Trainer(model, c2i=c2i, c2c=c2c, settings=settings, seed=0, device=device)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_real(trainer: Trainer, n: int) -> None:
+    pending = []
+    for _ in range(n):
+        pending.append(trainer.step()[2])
+        if len(pending) >= LOSS_READBACK_EVERY:
+            torch.stack(pending).cpu()
+            pending.clear()
+    if pending:
+        torch.stack(pending).cpu()
+
+
+def run_bare(model: RankingModel, optimizer: torch.optim.Optimizer, batches: list) -> None:
+    losses = []
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        if hasattr(batch, "features"):
+            a = model.encode_images(batch.features)
+            b = model.encode_captions(batch.tokens, batch.lengths)
+        else:
+            a = model.encode_captions(batch.tokens_a, batch.lengths_a)
+            b = model.encode_captions(batch.tokens_b, batch.lengths_b)
+        loss = contrastive_loss(a, b, margin=0.2, max_violation=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
+        optimizer.step()
+        losses.append(loss.detach())
+    torch.stack(losses).cpu()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=None,
+                        help="timed updates per variant (default: 12 on CPU at paper size, 40 "
+                             "on CPU at demo size, 400 on GPU)")
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser.add_argument("--blocks", type=int, default=0,
+                        help="alternating timed blocks per variant (default: 4 on GPU, one per 2 "
+                             "updates on CPU)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1, as config training.threads; 0 = torch default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    preset = PRESETS[args.preset]
+    if args.updates is None:
+        args.updates = 400 if device.type == "cuda" else (12 if args.preset == "paper" else 40)
+    if args.warmup is None:
+        args.warmup = 20 if device.type == "cuda" else 2
+    # Alternate short blocks so that load from other processes hits both variants alike.
+    blocks = args.blocks or (4 if device.type == "cuda" else max(1, args.updates // 2))
+    n = max(blocks, args.updates - args.updates % blocks)
+    data = synthetic_sets(n_images=2000, seed=0)
+    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'}), "
+          f"preset {args.preset} {preset}, vocab {VOCAB}, captions 6-18 tokens, c2c p=0.5; "
+          f"{n} timed updates per variant in {blocks} alternating blocks after {args.warmup} warm-up")
+
+    real = make_trainer(preset, device, data)
+    # The bare loop gets its own model/optimiser and the batches an identical trainer would draw.
+    twin = make_trainer(preset, device, data)
+    batches = [twin.next_batch()[2].to(device) for _ in range(args.warmup + n)]
+    bare_model, bare_opt = twin.model, twin.optimizer
+    bare_model.train()
+
+    run_real(real, args.warmup)
+    run_bare(bare_model, bare_opt, batches[:args.warmup])
+    sync(device)
+    wall = {"real": 0.0, "bare": 0.0}
+    cpu = {"real": 0.0, "bare": 0.0}
+    size = n // blocks
+
+    def timed(variant, fn, *fn_args):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        fn(*fn_args)
+        sync(device)
+        wall[variant] += time.perf_counter() - start
+        cpu[variant] += time.process_time() - start_cpu
+
+    for block in range(blocks):
+        timed("real", run_real, real, size)
+        chunk = batches[args.warmup + block * size: args.warmup + (block + 1) * size]
+        timed("bare", run_bare, bare_model, bare_opt, chunk)
+    real_rate, bare_rate = n / wall["real"], n / wall["bare"]
+    print(f"real pipeline step : {real_rate:8.2f} updates/s  ({1000 / real_rate:8.1f} ms/update wall, "
+          f"{1000 * cpu['real'] / n:8.1f} ms/update process CPU time)")
+    print(f"bare PyTorch step  : {bare_rate:8.2f} updates/s  ({1000 / bare_rate:8.1f} ms/update wall, "
+          f"{1000 * cpu['bare'] / n:8.1f} ms/update process CPU time)")
+    print(f"ratio real/bare    : {real_rate / bare_rate:8.3f}  (goal >= 0.95; wall clock)")
+    if device.type == "cpu":
+        print(f"ratio by CPU time  : {cpu['bare'] / cpu['real']:8.3f}  (less sensitive to other "
+              "processes on a shared CPU)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The image–sentence ranking model and its loss (paper §2, §3.1; DESIGN §1).
+
+- image side: stored 2048-d ResNet50 features → one trained affine layer → ``joint_dim``;
+- text side: one word-embedding table shared by all languages (PAD = 0) → uni-directional 1-layer
+  GRU with ``joint_dim`` hidden units → final hidden state (of the real, unpadded length);
+- both sides L2-normalised, so dot products are cosine similarities;
+- loss: the VSE++ hinge (Faghri et al.), hardest in-batch negative ("max violation") or sum over
+  all in-batch negatives, both directions, summed over the batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from pseudopairs.vocab import PAD_ID
+
+
+def contrastive_loss(a: torch.Tensor, b: torch.Tensor, *, margin: float,
+                     max_violation: bool = True) -> torch.Tensor:
+    """VSE++ hinge loss of row-aligned, L2-normalised embeddings (row i of ``a`` matches row i of
+    ``b``); returns the SUM over the batch (a scalar tensor).
+
+    With ``s = a @ b.T``: ``cost_b[i, j] = max(0, margin - s[i, i] + s[i, j])`` (a_i against the
+    wrong b_j) and ``cost_a[i, j] = max(0, margin - s[i, i] + s[j, i])`` (b_i against the wrong
+    a_j), diagonal excluded. ``max_violation``: Σ_i max_j cost_b[i, j] + max_j cost_a[i, j];
+    otherwise Σ_ij of both. Only the diagonal is masked, as in VSE++: a duplicate of item i
+    elsewhere in the batch counts as a negative.
+    """
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(f"contrastive_loss: a {tuple(a.shape)} and b {tuple(b.shape)} must be "
+                         "row-aligned matrices of the same shape")
+    scores = a @ b.t()
+    positive = scores.diagonal().unsqueeze(1)              # s[i, i] as a column
+    cost_b = (margin - positive + scores).clamp(min=0)      # [i, j] = m - s[i,i] + s[i,j]
+    cost_a = (margin - positive + scores.t()).clamp(min=0)  # [i, j] = m - s[i,i] + s[j,i]
+    off_diagonal = ~torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
+    cost_b = cost_b * off_diagonal
+    cost_a = cost_a * off_diagonal
+    if max_violation:
+        return cost_b.max(dim=1).values.sum() + cost_a.max(dim=1).values.sum()
+    return cost_b.sum() + cost_a.sum()
+
+
+class RankingModel(nn.Module):
+    """Image encoder (affine) and caption encoder (embedding → GRU), both L2-normalised."""
+
+    def __init__(self, vocab_size: int, *, embedding_dim: int, joint_dim: int,
+                 image_dim: int = 2048) -> None:
+        super().__init__()
+        for key, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
+                           ("joint_dim", joint_dim), ("image_dim", image_dim)):
+            if int(value) < 1:
+                raise ValueError(f"RankingModel: {key} must be ≥ 1, got {value}")
+        self.vocab_size = int(vocab_size)
+        self.embedding_dim = int(embedding_dim)
+        self.joint_dim = int(joint_dim)
+        self.image_dim = int(image_dim)
+        self.image_projection = nn.Linear(self.image_dim, self.joint_dim)
+        self.embedding = nn.Embedding(self.vocab_size, self.embedding_dim, padding_idx=PAD_ID)
+        self.gru = nn.GRU(self.embedding_dim, self.joint_dim, num_layers=1, batch_first=True)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Deterministic from torch's global RNG: Xavier-uniform image projection with zero bias,
+        word embeddings uniform in ±0.1 (PAD row zero), PyTorch's default GRU initialisation."""
+        bound = math.sqrt(6.0) / math.sqrt(self.image_dim + self.joint_dim)
+        with torch.no_grad():
+            self.image_projection.weight.uniform_(-bound, bound)
+            self.image_projection.bias.zero_()
+            self.embedding.weight.uniform_(-0.1, 0.1)
+            self.embedding.weight[PAD_ID].zero_()
+        self.gru.reset_parameters()
+
+    @property
+    def device(self) -> torch.device:
+        return self.image_projection.weight.device
+
+    def config(self) -> dict:
+        return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
+                "joint_dim": self.joint_dim, "image_dim": self.image_dim}
+
+    def encode_images(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, image_dim) stored features (any float dtype) → (B, joint_dim) unit rows."""
+        features = features.to(device=self.device, dtype=self.image_projection.weight.dtype)
+        return F.normalize(self.image_projection(features), dim=1)
+
+    def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, T) padded token ids and (B,) real lengths (each ≥ 1) → (B, joint_dim) unit rows:
+        the GRU's hidden state after the last real token."""
+        lengths = torch.as_tensor(lengths, dtype=torch.int64).cpu()
+        if tokens.ndim != 2 or lengths.shape != (tokens.shape[0],):
+            raise ValueError(f"encode_captions: tokens {tuple(tokens.shape)} and lengths "
+                             f"{tuple(lengths.shape)} do not match")
+        embedded = self.embedding(tokens.to(self.device))
+        packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
+        _, hidden = self.gru(packed)          # (1, B, joint_dim), back in the input order
+        return F.normalize(hidden[-1], dim=1)

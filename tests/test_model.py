@@ -1,0 +1,269 @@
+"""The ranking model, its loss, and the training data plumbing (caption sets, c2c pairs, batch
+streams, task sampler)."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pseudopairs.data import (BatchStream, C2CData, C2IData, TaskSampler, TokenTable, c2c_pairs,
+                              load_caption_set)
+from pseudopairs.io import save_features
+from pseudopairs.model import RankingModel, contrastive_loss
+from pseudopairs.vocab import build_vocabulary
+
+torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------------------------
+# contrastive_loss
+
+
+def _hand_case():
+    # a_i · b_j worked out by hand:
+    #   s = [[1,   0,   0   ],
+    #        [0,   1,   0.6 ],
+    #        [0.6, 0.8, 0.48]]      diagonal 1, 1, 0.48; margin 0.2
+    # cost_b[i,j] = max(0, .2 - s_ii + s_ij): only row 2 violates: j=0 → .32, j=1 → .52
+    # cost_a[i,j] = max(0, .2 - s_ii + s_ji): only row 2, j=1 (s_12 = .6) → .32
+    #   (row 1, j=2: .2 - 1 + .8 = 0, no violation)
+    a = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0.6, 0.8, 0]])
+    b = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0.6, 0.8]])
+    return a, b
+
+
+def test_contrastive_loss_max_violation_by_hand():
+    a, b = _hand_case()
+    loss = contrastive_loss(a, b, margin=0.2, max_violation=True)
+    assert loss.ndim == 0
+    assert loss.item() == pytest.approx(0.52 + 0.32, abs=1e-6)
+
+
+def test_contrastive_loss_sum_of_violations_by_hand():
+    a, b = _hand_case()
+    loss = contrastive_loss(a, b, margin=0.2, max_violation=False)
+    assert loss.item() == pytest.approx(0.32 + 0.52 + 0.32, abs=1e-6)
+
+
+def test_contrastive_loss_excludes_the_diagonal():
+    # a = b = identity, margin 1.5: every off-diagonal cost is 1.5 - 1 + 0 = 0.5; a diagonal term
+    # (1.5 - 1 + 1 = 1.5) would dominate the max if it were not masked.
+    eye = torch.eye(2)
+    assert contrastive_loss(eye, eye, margin=1.5).item() == pytest.approx(4 * 0.5)
+    assert contrastive_loss(eye, eye, margin=1.5, max_violation=False).item() == pytest.approx(4 * 0.5)
+    # Perfectly separated pairs with a small margin cost nothing.
+    assert contrastive_loss(eye, eye, margin=0.2).item() == 0.0
+
+
+def test_contrastive_loss_matches_a_loop_on_random_data():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.nn.functional.normalize(torch.randn(7, 5, generator=gen), dim=1)
+    b = torch.nn.functional.normalize(torch.randn(7, 5, generator=gen), dim=1)
+    s = (a @ b.T).tolist()
+    hardest = total = 0.0
+    for i in range(7):
+        cb = [max(0.0, 0.3 - s[i][i] + s[i][j]) for j in range(7) if j != i]
+        ca = [max(0.0, 0.3 - s[i][i] + s[j][i]) for j in range(7) if j != i]
+        hardest += max(cb) + max(ca)
+        total += sum(cb) + sum(ca)
+    assert contrastive_loss(a, b, margin=0.3).item() == pytest.approx(hardest, rel=1e-5)
+    assert contrastive_loss(a, b, margin=0.3, max_violation=False).item() == pytest.approx(total, rel=1e-5)
+
+
+def test_contrastive_loss_duplicates_count_as_negatives():
+    # Row 1 repeats row 0 (the same caption twice in a c2c batch): as in VSE++, only the diagonal
+    # is masked, so each duplicate is a negative scoring as high as the positive: cost = margin.
+    a = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    assert contrastive_loss(a, a.clone(), margin=0.2).item() == pytest.approx(4 * 0.2)
+
+
+def test_contrastive_loss_rejects_misaligned_inputs():
+    with pytest.raises(ValueError, match="same shape"):
+        contrastive_loss(torch.zeros(3, 2), torch.zeros(4, 2), margin=0.2)
+
+
+# --------------------------------------------------------------------------------------------
+# RankingModel
+
+
+def _model(seed=0, vocab=20):
+    torch.manual_seed(seed)
+    return RankingModel(vocab, embedding_dim=6, joint_dim=8, image_dim=10)
+
+
+def test_model_init_is_deterministic_and_pad_row_is_zero():
+    m1, m2, m3 = _model(0), _model(0), _model(1)
+    for (k, v1), v2 in zip(m1.state_dict().items(), m2.state_dict().values()):
+        assert torch.equal(v1, v2), k
+    assert not torch.equal(m1.embedding.weight, m3.embedding.weight)
+    assert torch.count_nonzero(m1.embedding.weight[0]) == 0
+    assert torch.count_nonzero(m1.image_projection.bias) == 0
+    assert m1.config() == {"vocab_size": 20, "embedding_dim": 6, "joint_dim": 8, "image_dim": 10}
+
+
+def test_caption_encoding_is_final_state_of_the_real_length():
+    model = _model()
+    table = TokenTable.from_lists([[3, 4, 5], [7, 8, 9, 10, 11, 12], [2]])
+    tokens, lengths = table.batch(np.arange(3))
+    assert tokens.shape == (3, 6) and lengths.tolist() == [3, 6, 1]
+    together = model.encode_captions(tokens, lengths)
+    assert torch.allclose(together.norm(dim=1), torch.ones(3), atol=1e-6)
+    for i, seq in enumerate([[3, 4, 5], [7, 8, 9, 10, 11, 12], [2]]):
+        # Alone, unpadded, through the GRU by hand: the last output is the final state.
+        out, _ = model.gru(model.embedding(torch.tensor([seq])))
+        expected = torch.nn.functional.normalize(out[0, -1], dim=0)
+        assert torch.allclose(together[i], expected, atol=1e-6)
+
+
+def test_image_encoding_accepts_float16_and_is_unit_norm():
+    model = _model()
+    feats = torch.randn(4, 10, generator=torch.Generator().manual_seed(1)).half()
+    emb = model.encode_images(feats)
+    assert emb.dtype == torch.float32 and emb.shape == (4, 8)
+    assert torch.allclose(emb.norm(dim=1), torch.ones(4), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens, caption sets, c2c pairs
+
+
+def test_token_table_pads_with_zero_and_keeps_lengths():
+    table = TokenTable.from_lists([[5, 6], [], [7, 8, 9]])
+    tokens, lengths = table.batch(np.array([2, 0, 1]))
+    assert tokens.tolist() == [[7, 8, 9], [5, 6, 0], [0, 0, 0]]
+    assert lengths.tolist() == [3, 2, 1]   # the empty caption becomes one PAD step
+    assert table.sequence(2) == [7, 8, 9]
+
+
+def test_c2c_pairs_by_hand():
+    pairs = c2c_pairs(a_image_ids=["x", "x", "y", "z"], b_image_ids=["y", "x", "x", "x", "w"])
+    assert pairs.tolist() == [[0, 1], [0, 2], [0, 3], [1, 1], [1, 2], [1, 3], [2, 0]]
+
+
+def test_c2c_pairs_five_by_five_gives_25_per_image():
+    a = [img for img in ("p", "q") for _ in range(5)]
+    b = [img for img in ("q", "p") for _ in range(5)]
+    pairs = c2c_pairs(a_image_ids=a, b_image_ids=b)
+    assert len(pairs) == 50
+    assert all(a[i] == b[j] for i, j in pairs)
+    assert len({(i, j) for i, j in pairs}) == 50
+    assert c2c_pairs(a_image_ids=["u"], b_image_ids=["v"]).shape == (0, 2)
+
+
+def _write_tiny_corpus(tmp_path):
+    rows = []
+    for img, words in (("i0", "red ball"), ("i1", "blue box"), ("i2", "green cup")):
+        for k in range(2):
+            rows.append(("m", "train", img, "en", k, words, f"a {words}"))
+            rows.append(("m", "train", img, "de", k, words, f"ein {words} {k}"))
+    frame = pd.DataFrame(rows, columns=["dataset", "split", "image_id", "lang", "caption_idx", "raw", "text"])
+    frame.to_parquet(tmp_path / "captions.parquet", index=False)
+    # Image i1 has no features (skipped as unreadable).
+    save_features(tmp_path / "feats.npz", image_ids=["i2", "i0"],
+                  features=np.arange(8, dtype=np.float16).reshape(2, 4))
+    return build_vocabulary(frame["text"], min_count=1)
+
+
+def test_caption_set_drops_captions_without_features(tmp_path, caplog):
+    vocab = _write_tiny_corpus(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        cs = load_caption_set(name="m.en", captions=tmp_path / "captions.parquet", lang="en",
+                              vocab=vocab, features=tmp_path / "feats.npz")
+    assert "dropped 2 of 6 en captions of 1 images" in caplog.text
+    assert cs.image_ids.tolist() == ["i0", "i0", "i2", "i2"]
+    assert cs.feature_rows.tolist() == [1, 1, 0, 0]
+    assert cs.tokens.sequence(0) == vocab.encode("a red ball")
+    batch = C2IData(cs).batch(np.array([2, 0]))
+    assert batch.features.dtype == torch.float32
+    assert batch.features.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert batch.tokens.tolist() == [vocab.encode("a green cup"), vocab.encode("a red ball")]
+    with pytest.raises(ValueError, match="no captions in language 'fr'"):
+        load_caption_set(name="m.fr", captions=tmp_path / "captions.parquet", lang="fr", vocab=vocab)
+
+
+def test_c2c_data_pairs_two_languages_of_the_same_images(tmp_path):
+    vocab = _write_tiny_corpus(tmp_path)
+    kw = dict(captions=tmp_path / "captions.parquet", vocab=vocab, features=tmp_path / "feats.npz")
+    en = load_caption_set(name="m.en", lang="en", **kw)
+    de = load_caption_set(name="m.de", lang="de", **kw)
+    c2c = C2CData("m.en+m.de", en, de)
+    assert len(c2c) == 2 * 2 * 2     # two images with features, 2 En × 2 De captions each
+    batch = c2c.batch(np.arange(len(c2c)))
+    for ta, tb in zip(batch.tokens_a.tolist(), batch.tokens_b.tolist()):
+        words_a = [vocab.words[t] for t in ta if t]
+        words_b = [vocab.words[t] for t in tb if t]
+        assert words_a[1:] == words_b[1:3]  # "a red ball" ↔ "ein red ball k": same image
+
+
+# --------------------------------------------------------------------------------------------
+# BatchStream and TaskSampler
+
+
+def test_batch_stream_covers_every_item_once_per_pass_and_reshuffles():
+    stream = BatchStream(12, 4, rng=np.random.default_rng(0))
+    passes = [np.concatenate([stream.next() for _ in range(3)]) for _ in range(4)]
+    for p in passes:
+        assert sorted(p.tolist()) == list(range(12))
+    assert len({tuple(p.tolist()) for p in passes}) == 4
+    assert stream.epoch == 3
+
+
+def test_batch_stream_drops_the_partial_batch():
+    stream = BatchStream(11, 4, rng=np.random.default_rng(1))
+    left_out = set()
+    for _ in range(30):
+        first, second = stream.next(), stream.next()
+        both = np.concatenate([first, second])
+        assert len(first) == len(second) == 4 and len(set(both.tolist())) == 8
+        left_out |= set(range(11)) - set(both.tolist())
+    assert left_out == set(range(11))       # which items wait is random from pass to pass
+    small = BatchStream(3, 8, rng=np.random.default_rng(2))
+    assert sorted(small.next().tolist()) == [0, 1, 2]
+
+
+def test_batch_stream_state_round_trip():
+    stream = BatchStream(10, 3, rng=np.random.default_rng(5))
+    for _ in range(4):
+        stream.next()
+    buffer = io.BytesIO()
+    torch.save(stream.state_dict(), buffer)
+    expected = [stream.next().tolist() for _ in range(9)]
+    other = BatchStream(10, 3, rng=np.random.default_rng(99))
+    buffer.seek(0)
+    other.load_state_dict(torch.load(buffer, weights_only=True))
+    assert [other.next().tolist() for _ in range(9)] == expected
+    with pytest.raises(ValueError, match="10 items"):
+        BatchStream(11, 3, rng=np.random.default_rng(0)).load_state_dict(stream.state_dict())
+
+
+def test_task_sampler_proportions():
+    sampler = TaskSampler(c2i=["a", "b", "c"], c2c=["x", "y"], c2c_probability=0.3,
+                          rng=np.random.default_rng(0))
+    draws = [sampler.draw() for _ in range(30000)]
+    counts = pd.Series([name for _, name in draws]).value_counts() / len(draws)
+    tasks = pd.Series([task for task, _ in draws]).value_counts() / len(draws)
+    assert tasks["c2c"] == pytest.approx(0.3, abs=0.015)
+    for name in "xy":
+        assert counts[name] == pytest.approx(0.15, abs=0.012)
+    for name in "abc":
+        assert counts[name] == pytest.approx(0.7 / 3, abs=0.012)
+    assert all(task == "c2c" for task, name in draws if name in "xy")
+    only_c2i = TaskSampler(c2i=["a"], c2c=[], c2c_probability=0.5, rng=np.random.default_rng(0))
+    assert {only_c2i.draw() for _ in range(100)} == {("c2i", "a")}
+
+
+def test_task_sampler_state_round_trip_and_checks():
+    sampler = TaskSampler(c2i=["a", "b"], c2c=["x"], c2c_probability=0.5, rng=np.random.default_rng(3))
+    sampler.draw()
+    state = sampler.state_dict()
+    expected = [sampler.draw() for _ in range(50)]
+    other = TaskSampler(c2i=["a", "b"], c2c=["x"], c2c_probability=0.5, rng=np.random.default_rng(4))
+    other.load_state_dict(state)
+    assert [other.draw() for _ in range(50)] == expected
+    with pytest.raises(ValueError, match="at least one c2i"):
+        TaskSampler(c2i=[], c2c=["x"], c2c_probability=0.5, rng=np.random.default_rng(0))

@@ -1,0 +1,283 @@
+"""Training: determinism, resume equality, early stopping, NaN handling, fine-tuning, CLI, and a
+small run that learns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import pseudopairs.training as training
+from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
+from pseudopairs.vocab import build_vocabulary
+
+torch.set_num_threads(1)
+
+COLOURS = {"en": ["red", "blue", "green", "yellow", "white", "black"],
+           "de": ["rot", "blau", "gruen", "gelb", "weiss", "schwarz"]}
+SHAPES = {"en": ["ball", "box", "cup", "star", "ring"],
+          "de": ["kugel", "kiste", "tasse", "stern", "ring"]}
+TEMPLATES = {"en": ["a {c} {s}", "the {c} {s}", "one {c} {s} here", "a {s} that is {c}", "{c} {s}"],
+             "de": ["ein {c} {s}", "der {s} ist {c}", "{c} {s}", "hier ein {c} {s}", "das {c} {s}"]}
+FEATURE_DIM = 24
+
+
+def _world(root, *, n_train=60, n_val=40, seed=0):
+    """A tiny learnable world: an image is a (colour, shape) pair; its features are the sum of a
+    random vector per colour and per shape plus noise; 5 En + 5 De captions name both."""
+    rng = np.random.default_rng(seed)
+    colour_vec = rng.normal(size=(6, FEATURE_DIM))
+    shape_vec = rng.normal(size=(5, FEATURE_DIM))
+    paths = {}
+    for split, n in (("train", n_train), ("val", n_val)):
+        rows, ids, feats = [], [], []
+        for k in range(n):
+            c, s = int(rng.integers(6)), int(rng.integers(5))
+            image_id = f"{split}{k:03d}"
+            ids.append(image_id)
+            feats.append(colour_vec[c] + shape_vec[s] + 0.1 * rng.normal(size=FEATURE_DIM))
+            for lang in ("en", "de"):
+                for j, template in enumerate(TEMPLATES[lang]):
+                    text = template.format(c=COLOURS[lang][c], s=SHAPES[lang][s])
+                    rows.append(("m30k", split, image_id, lang, j, text, text))
+        captions = root / "captions" / f"{split}.parquet"
+        captions.parent.mkdir(parents=True, exist_ok=True)
+        frame = pd.DataFrame(rows, columns=CAPTION_COLUMNS)
+        frame.to_parquet(captions, index=False)
+        features = root / "features" / f"{split}.npz"
+        save_features(features, image_ids=ids, features=np.asarray(feats, dtype=np.float16))
+        paths[split] = (str(captions), str(features))
+        if split == "train":
+            vocab = build_vocabulary(frame["text"], min_count=1)
+            write_json_atomic(root / "vocab.json", vocab.to_json())
+    train_caps, train_feats = paths["train"]
+    val_caps, val_feats = paths["val"]
+
+    def ref(lang):
+        return {"name": f"m30k.{lang}", "captions": train_caps, "features": train_feats, "lang": lang}
+
+    spec = {"experiment": "en_de_c2c", "c2i": [ref("en"), ref("de")],
+            "c2c": [{"name": "m30k.en+m30k.de", "a": ref("en"), "b": ref("de")}],
+            "validation": {"captions": val_caps, "features": val_feats, "langs": ["en", "de"]},
+            "init_from": None}
+    return spec, str(root / "vocab.json")
+
+
+SETTINGS = {"batch_size": 16, "learning_rate": 5e-3, "grad_clip": 2.0, "margin": 0.2,
+            "max_violation": True, "c2c_probability": 0.5, "validate_every": 10, "patience": 100,
+            "max_updates": 30, "device": "cpu", "threads": 1, "embedding_dim": 12, "joint_dim": 24}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return _world(tmp_path_factory.mktemp("world"))
+
+
+def _run(world, out_dir, *, seed=1, **overrides):
+    spec, vocab = world
+    return training.train(spec=spec, settings={**SETTINGS, **overrides}, vocab_path=vocab,
+                          out_dir=out_dir, seed=seed)
+
+
+def _weights(out_dir):
+    return torch.load(out_dir / "checkpoint.pt", weights_only=True)["model_state"]
+
+
+def _same_weights(w1, w2):
+    return w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _count_steps(monkeypatch, *, fail_at=None, exc=_Killed):
+    """Wrap training.train_step: count calls, raise ``exc`` at call ``fail_at``."""
+    calls = {"n": 0}
+    real = training.train_step
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if fail_at is not None and calls["n"] == fail_at:
+            raise exc("simulated kill")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "train_step", wrapper)
+    return calls
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_training_writes_checkpoint_and_log(world, tmp_path):
+    summary = _run(world, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "train_log.csv"]
+    frame = pd.read_csv(tmp_path / "train_log.csv")
+    assert list(frame.columns) == ["update", "task", "dataset", "loss", "val_score"]
+    assert frame["update"].tolist() == list(range(1, 31))
+    assert set(frame["task"]) == {"c2i", "c2c"}
+    assert set(frame["dataset"]) == {"m30k.en", "m30k.de", "m30k.en+m30k.de"}
+    assert (frame["task"] == "c2c").eq(frame["dataset"] == "m30k.en+m30k.de").all()
+    assert frame.loc[frame["val_score"].notna(), "update"].tolist() == [10, 20, 30]
+    assert np.isfinite(frame["loss"]).all() and (frame["loss"] >= 0).all()
+    model, meta = training.load_model(tmp_path / "checkpoint.pt")
+    assert meta["best_score"] == summary["best_score"] == frame["val_score"].max()
+    assert meta["update"] == summary["best_update"]
+    assert meta["val_score"] == meta["best_score"]
+    assert set(meta["val_metrics"]) == {"en", "de"}
+    assert meta["best_score"] == pytest.approx(meta["val_metrics"]["en"]["rsum"] + meta["val_metrics"]["de"]["rsum"])
+    assert (meta["embedding_dim"], meta["joint_dim"], meta["image_dim"]) == (12, 24, FEATURE_DIM)
+    assert meta["spec"]["experiment"] == "en_de_c2c"
+    # The encoders used by evaluation reproduce the validation score of the checkpoint.
+    from pseudopairs.evaluation import retrieval_metrics
+    from pseudopairs.io import load_features, read_captions
+    from pseudopairs.vocab import Vocabulary
+    spec, vocab_path = world
+    ids, feats = load_features(spec["validation"]["features"])
+    images = training.encode_image_features(model, feats)
+    captions = read_captions(spec["validation"]["captions"], lang="de")
+    texts = training.encode_captions_texts(model, Vocabulary.load(vocab_path), captions["text"].tolist(),
+                                           batch_size=7)
+    assert torch.allclose(texts.norm(dim=1), torch.ones(len(texts)), atol=1e-5)
+    row = {image: i for i, image in enumerate(ids)}
+    metrics = retrieval_metrics(image_embeddings=images, caption_embeddings=texts,
+                                caption_image_index=np.array([row[i] for i in captions["image_id"]]))
+    assert metrics["rsum"] == pytest.approx(meta["val_metrics"]["de"]["rsum"])
+
+
+def test_same_seed_same_weights_other_seed_other_weights(world, tmp_path):
+    _run(world, tmp_path / "a", max_updates=12)
+    _run(world, tmp_path / "b", max_updates=12)
+    _run(world, tmp_path / "c", max_updates=12, seed=2)
+    assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
+    assert (tmp_path / "a" / "train_log.csv").read_text() == (tmp_path / "b" / "train_log.csv").read_text()
+    assert not _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "c"))
+
+
+def test_killed_run_resumes_to_the_same_result(world, tmp_path, monkeypatch):
+    _run(world, tmp_path / "straight", max_updates=40)
+    # Killed during update 25: the state of update 20 is on disk.
+    _count_steps(monkeypatch, fail_at=25)
+    with pytest.raises(_Killed):
+        _run(world, tmp_path / "resumed", max_updates=40)
+    assert (tmp_path / "resumed" / "last.pt").exists()
+    logged = pd.read_csv(tmp_path / "resumed" / "train_log.csv")
+    assert logged["update"].max() == 20
+    # Snakemake removes the declared outputs of a failed job; last.pt (undeclared) survives.
+    (tmp_path / "resumed" / "checkpoint.pt").unlink()
+    (tmp_path / "resumed" / "train_log.csv").unlink()
+    calls = _count_steps(monkeypatch)
+    _run(world, tmp_path / "resumed", max_updates=40)
+    assert calls["n"] == 20                  # updates 21..40 only: it resumed, not restarted
+    assert not (tmp_path / "resumed" / "last.pt").exists()
+    assert _same_weights(_weights(tmp_path / "straight"), _weights(tmp_path / "resumed"))
+    assert ((tmp_path / "straight" / "train_log.csv").read_text()
+            == (tmp_path / "resumed" / "train_log.csv").read_text())
+
+
+def test_stale_state_from_other_settings_is_not_resumed(world, tmp_path, monkeypatch):
+    _count_steps(monkeypatch, fail_at=15)
+    with pytest.raises(_Killed):
+        _run(world, tmp_path, max_updates=20)
+    calls = _count_steps(monkeypatch)
+    _run(world, tmp_path, max_updates=20, learning_rate=1e-3)
+    assert calls["n"] == 20
+
+
+def test_early_stopping_after_patience_validations(world, tmp_path, monkeypatch):
+    scores = iter([1.0, 3.0, 2.0, 3.0, 2.5, 9.0, 9.0])
+    monkeypatch.setattr(training, "validate", lambda model, val_sets: (next(scores), {}))
+    summary = _run(world, tmp_path / "stopped", validate_every=2, patience=3, max_updates=100)
+    # Validations at 2 (1.0, best), 4 (3.0, best), 6, 8 (3.0 is no improvement), 10 → stop.
+    assert summary["updates"] == 10 and summary["best_update"] == 4 and summary["best_score"] == 3.0
+    assert "no improvement in 3 validations" in summary["stop_reason"]
+    frame = pd.read_csv(tmp_path / "stopped" / "train_log.csv")
+    assert frame["update"].max() == 10
+    assert frame.dropna()["val_score"].tolist() == [1.0, 3.0, 2.0, 3.0, 2.5]
+    # The kept weights are those of update 4.
+    scores = iter([1.0, 3.0])
+    _run(world, tmp_path / "four", validate_every=2, patience=3, max_updates=4)
+    assert _same_weights(_weights(tmp_path / "stopped"), _weights(tmp_path / "four"))
+
+
+def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_path, monkeypatch):
+    real = training.contrastive_loss
+    calls = {"n": 0}
+
+    def poisoned(a, b, **kwargs):
+        calls["n"] += 1
+        loss = real(a, b, **kwargs)
+        return loss * float("nan") if calls["n"] == 13 else loss
+
+    monkeypatch.setattr(training, "contrastive_loss", poisoned)
+    with pytest.raises(RuntimeError, match=r"non-finite training loss \(nan\) at update 13 "
+                                           r"\(task c2[ic], data set m30k\.[^)]+\).*update 10"):
+        _run(world, tmp_path)
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert state["progress"]["update"] == 10
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+    assert (tmp_path / "checkpoint.pt").exists()
+    assert pd.read_csv(tmp_path / "train_log.csv")["update"].max() == 10
+
+
+def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch):
+    _run(world, tmp_path / "source", max_updates=10)
+    spec, vocab = world
+    source = _weights(tmp_path / "source")
+    seen = {}
+    real = training.train_step
+
+    def spy(model, *args, **kwargs):
+        seen.setdefault("first", {k: v.clone() for k, v in model.state_dict().items()})
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(training, "train_step", spy)
+    ft_spec = {**spec, "init_from": str(tmp_path / "source" / "checkpoint.pt")}
+    training.train(spec=ft_spec, settings={**SETTINGS, "max_updates": 10}, vocab_path=vocab,
+                   out_dir=tmp_path / "ft", seed=1)
+    assert _same_weights(seen["first"], source)
+    with pytest.raises(ValueError, match="init_from .* has dims"):
+        training.train(spec=ft_spec, settings={**SETTINGS, "joint_dim": 8}, vocab_path=vocab,
+                       out_dir=tmp_path / "bad", seed=1)
+
+
+def test_bad_inputs_are_reported_by_key(world, tmp_path):
+    spec, vocab = world
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['batchsize'\]"):
+        training.train(spec=spec, settings={**SETTINGS, "batchsize": 3}, vocab_path=vocab,
+                       out_dir=tmp_path, seed=1)
+    with pytest.raises(ValueError, match="c2c_probability must be in"):
+        training.train(spec=spec, settings={**SETTINGS, "c2c_probability": 1.5}, vocab_path=vocab,
+                       out_dir=tmp_path, seed=1)
+    with pytest.raises(ValueError, match=r"c2i\[0\] lacks \['features'\]"):
+        bad = {**spec, "c2i": [{k: v for k, v in spec["c2i"][0].items() if k != "features"}]}
+        training.train(spec=bad, settings=SETTINGS, vocab_path=vocab, out_dir=tmp_path, seed=1)
+
+
+def test_cli_accepts_json_and_file_arguments(world, tmp_path):
+    spec, vocab = world
+    parser = argparse.ArgumentParser()
+    training.register_cli(parser.add_subparsers(dest="command"))
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    args = parser.parse_args(["train", "--spec", f"@{tmp_path / 'spec.json'}",
+                              "--settings", json.dumps({**SETTINGS, "max_updates": 5}),
+                              "--vocab", vocab, "--out-dir", str(tmp_path / "out"), "--seed", "3"])
+    args.func(args)
+    assert (tmp_path / "out" / "checkpoint.pt").exists()
+    args = parser.parse_args(["train", "--spec", "{not json", "--settings", "{}", "--vocab", vocab,
+                              "--out-dir", str(tmp_path / "x"), "--seed", "3"])
+    with pytest.raises(ValueError, match="--spec: not valid JSON"):
+        args.func(args)
+
+
+def test_tiny_training_run_learns(world, tmp_path):
+    spec, vocab = world
+    summary = _run(world, tmp_path, max_updates=250, validate_every=50)
+    # Chance level for 40 validation images with 5 captions each: I→T R@1,5,10 ≈ 2.5, 12, 23 %,
+    # T→I ≈ 2.5, 12.5, 25 %, so rsum ≈ 78 per language, ≈ 155 for En + De.
+    per_lang = {lang: m["rsum"] for lang, m in summary["val_metrics"].items()}
+    assert all(v > 300 for v in per_lang.values()), per_lang
