@@ -1,0 +1,469 @@
+"""Caption text preparation: the Multi30K recipe, reproduced line for line in Python.
+
+The upstream Multi30K repository prepares every caption file with a Moses snapshot of
+12 December 2017 (commit 3a0631a)::
+
+    lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl -l L
+
+so the order is **lowercase → punctuation normalisation → tokenisation** (with Moses XML
+escaping: ``&`` → ``&amp;``, ``'`` → ``&apos;``, ``"`` → ``&quot;`` …). :func:`prepare_line`
+does the same with sacremoses, plus a handful of corrections where sacremoses 0.2.0 does not
+behave like those 2017 perl scripts. Each correction mirrors the perl behaviour:
+
+1. ``lowercase.perl`` is perl ``lc``: it maps every capital sigma to ``σ``; Python's
+   ``str.lower`` picks the word-final ``ς`` by context. We map ``Σ`` → ``σ`` first.
+   (``İ`` → ``i̇`` and ``ẞ`` → ``ß`` agree in both.)
+2. ``normalize-punctuation.perl`` reads each line *with its trailing newline*. Its rule
+   ``s/(\\.+)\\"(\\s*[^<])/\\"$1$2/g`` (every language but en and cs) therefore also moves a
+   quote that ends the line (``…tür."`` → ``…tür".``); sacremoses sees no newline and does
+   not. We normalise ``line + "\\n"``.
+3. The 2017 script maps ``‘`` and ``‚`` to ``"`` (sacremoses: ``'``) and ``’`` to ``"``
+   (sacremoses only with ``perl_parity=True``); the French-quote rules keep their spaces
+   (``perl_parity=True``).
+4. The 2017 script has no ``use utf8``: it works on bytes, so ``\\d`` is ``[0-9]``.
+5. For languages other than en/de/es/fr/cs the perl script applies the German/French
+   quotation-comma rule too; sacremoses applies it only to de/es/fr.
+6. ``tokenizer.perl`` first turns perl whitespace into spaces, deletes ``[\\000-\\037]``, then
+   squeezes spaces; Python's ``\\s`` also covers ``\\x1c-\\x1f`` and sacremoses does not squeeze
+   again. We do the perl clean-up first.
+7. Non-breaking prefixes: perl splits the line on single spaces (empty words included) and
+   reads the prefix files into a hash (``word #NUMERIC_ONLY#`` → 2, other lines → 1, later
+   lines win). We mirror that instead of sacremoses' list look-up.
+8. Final dots: the 2017 tokenizer splits the period of the *last* word only if it is not a
+   non-breaking prefix (``… bus a.`` stays in French only if ``a`` were a prefix). The
+   unconditional split came with Moses PR #204 in November 2018; sacremoses keeps the old
+   behaviour, as do we.
+9. A whitespace-only line is printed unchanged by ``tokenizer.perl``; we return ``""`` (the
+   same, empty, token list).
+
+Checked against those perl scripts on every line of Multi30K ``task1/raw`` and ``task2/raw``
+(442,863 lines, none differs) and against lines of the upstream tokenised release
+(``tests/test_text.py``, ``tests/data/text/multi30k_upstream_sample.jsonl``).
+
+With ``case="truecase"`` the text is not lowercased; it is normalised and tokenised as above,
+then a Moses truecaser (sacremoses ``MosesTruecaser``, trained on the training split only) is
+applied, as ``truecase.perl`` does (known surface forms are kept, other words take their most
+frequent casing, sentence-initial words always take it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from sacremoses import MosesPunctNormalizer, MosesTokenizer, MosesTruecaser
+from sacremoses.corpus import NonbreakingPrefixes
+
+from pseudopairs.io import atomic_path, read_captions, write_parquet_atomic
+
+CASES = ("lowercase", "truecase")
+log = logging.getLogger(__name__)
+
+# Perl's \s on character strings (Unicode White_Space). Python's \s adds \x1c-\x1f, which perl
+# does not count as whitespace (tokenizer.perl deletes them as control characters instead).
+_PERL_WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_PERL_WS_RUN = re.compile(f"[{_PERL_WS}]+")
+_PERL_WS_ONLY = re.compile(f"[{_PERL_WS}]*")
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_SPACES = re.compile(r" +")
+_ENDS_WITH_PERIOD = re.compile(r"^(\S+)\.$")
+_STARTS_WITH_DIGITS = re.compile(r"^[0-9]+")
+_NUMERIC_ONLY_LINE = re.compile(r"(.*)\s+#NUMERIC_ONLY#")
+
+
+def perl_lowercase(text: str) -> str:
+    """``lowercase.perl`` (perl ``lc`` on UTF-8 text): like ``str.lower`` without final sigma."""
+    return text.replace("\u03a3", "\u03c3").lower()
+
+
+class Moses2017PunctNormalizer(MosesPunctNormalizer):
+    """``normalize-punctuation.perl -l LANG`` as of the Moses snapshot of December 2017."""
+
+    # Perl maps these to a double quote; sacremoses 0.2.0 (even with perl_parity) to "'".
+    _PERL_TARGETS = {"‘": '"', "‚": '"', "’": '"'}
+
+    def __init__(self, lang: str):
+        super().__init__(
+            lang=lang,
+            penn=True,  # sacremoses' name is inverted: True adds the perl default ` → ', '' → " "
+            norm_quote_commas=True,
+            norm_numbers=True,
+            pre_replace_unicode_punct=False,  # replace-unicode-punctuation.perl is not in the recipe
+            post_remove_control_chars=False,  # nor is remove-non-printing-char.perl
+            perl_parity=True,
+        )
+        substitutions = []
+        for pattern, replacement in self.substitutions:
+            replacement = self._PERL_TARGETS.get(pattern, replacement)
+            substitutions.append((pattern.replace(r"\d", "[0-9]"), replacement))
+        if lang not in ("en", "cs", "cz", "de", "es", "fr"):
+            # perl: if en … elsif cs/cz (nothing) … else the German/Spanish/French rule
+            substitutions[-1:-1] = self.DE_ES_FR_QUOTATION_FOLLOWED_BY_COMMA
+        self.substitutions = substitutions
+
+    def normalize(self, text: str, *, newline: bool = True) -> str:  # type: ignore[override]
+        # The perl script sees each line with its newline (see the module docstring, point 2).
+        return super().normalize(text + "\n" if newline else text)
+
+
+class Moses2017Tokenizer(MosesTokenizer):
+    """``tokenizer.perl -l LANG`` (escaping on, no aggressive hyphen splitting) as of December
+    2017."""
+
+    def __init__(self, lang: str):
+        super().__init__(lang=lang)
+        prefixes: dict[str, int] = {}
+        for line in NonbreakingPrefixes().words(lang):  # falls back to English, as perl does
+            match = _NUMERIC_ONLY_LINE.search(line)
+            if match:
+                prefixes[match.group(1)] = 2
+            else:
+                prefixes[line] = 1
+        self.prefix_kind = prefixes
+        self._lower = frozenset(self.IsLower)
+        self._alpha = frozenset(self.IsAlpha)
+
+    def handles_nonbreaking_prefixes(self, text: str) -> str:
+        words = text.split(" ")
+        while words and words[-1] == "":  # perl's split drops trailing empty fields only
+            words.pop()
+        last = len(words) - 1
+        for i, word in enumerate(words):
+            match = _ENDS_WITH_PERIOD.match(word)
+            if not match:
+                continue
+            pre = match.group(1)
+            kind = self.prefix_kind.get(pre, 0)
+            following = words[i + 1] if i < last else ""
+            if (
+                ("." in pre and any(ch in self._alpha for ch in pre))
+                or kind == 1
+                or (following[:1] != "" and following[0] in self._lower)
+            ):
+                continue
+            if kind == 2 and _STARTS_WITH_DIGITS.match(following):
+                continue
+            words[i] = pre + " ."
+        return " ".join(words)
+
+    def tokenize_line(self, text: str, *, aggressive_dash_splits: bool = False,
+                      escape: bool = True) -> str:
+        # tokenizer.perl's opening clean-up, with perl's notion of whitespace.
+        text = _PERL_WS_RUN.sub(" ", f" {text} ")
+        text = _CONTROL.sub("", text)
+        text = _SPACES.sub(" ", text).strip(" ")
+        if not text:
+            return ""
+        return self.tokenize(text, aggressive_dash_splits=aggressive_dash_splits,
+                             return_str=True, escape=escape)
+
+
+@functools.lru_cache(maxsize=None)
+def get_normalizer(lang: str) -> Moses2017PunctNormalizer:
+    """One cached normaliser per language."""
+    return Moses2017PunctNormalizer(lang)
+
+
+@functools.lru_cache(maxsize=None)
+def get_tokenizer(lang: str) -> Moses2017Tokenizer:
+    """One cached tokeniser per language."""
+    if lang not in NonbreakingPrefixes().available_langs:
+        log.warning("no Moses non-breaking prefixes for language %r; using the English ones "
+                    "(as tokenizer.perl does)", lang)
+    return Moses2017Tokenizer(lang)
+
+
+def _check_lang(lang: str) -> str:
+    if not isinstance(lang, str) or not re.fullmatch(r"[a-z]{2,3}", lang):
+        raise ValueError(f"language code must be 2-3 lowercase letters (e.g. en, de), got {lang!r}")
+    return lang
+
+
+def normalize_tokenize(raw: str, *, lang: str, aggressive_dash_splits: bool = False,
+                       escape: bool = True, newline: bool = True) -> str:
+    """Moses punctuation normalisation then tokenisation, case untouched. ``newline=False``
+    only for a file's last line when it has no final newline (perl then sees none)."""
+    normalized = get_normalizer(_check_lang(lang)).normalize(raw, newline=newline)
+    if _PERL_WS_ONLY.fullmatch(normalized):
+        return ""  # tokenizer.perl copies whitespace-only lines; no tokens either way
+    return get_tokenizer(lang).tokenize_line(
+        normalized, aggressive_dash_splits=aggressive_dash_splits, escape=escape)
+
+
+def prepare_line(raw: str, *, lang: str, case: str = "lowercase",
+                 truecaser: MosesTruecaser | None = None, aggressive_dash_splits: bool = False,
+                 escape: bool = True, newline: bool = True) -> str:
+    """Prepare one caption: tokens joined by single spaces.
+
+    ``case="lowercase"``: ``lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl
+    -l L`` exactly (the Multi30K recipe). ``case="truecase"``: normalise and tokenise without
+    lowercasing, then apply ``truecaser`` (from :func:`train_truecaser` / :func:`load_truecaser`).
+    """
+    if "\n" in raw:
+        raise ValueError(f"prepare_line takes one line; got text with a newline: {raw[:60]!r}")
+    if case == "lowercase":
+        if truecaser is not None:
+            raise ValueError("a truecaser was given but case='lowercase'")
+        return normalize_tokenize(perl_lowercase(raw), lang=lang, newline=newline,
+                                  aggressive_dash_splits=aggressive_dash_splits, escape=escape)
+    if case == "truecase":
+        if truecaser is None:
+            raise ValueError("case='truecase' needs a truecaser (train one with train-truecaser)")
+        tokens = normalize_tokenize(raw, lang=lang, newline=newline,
+                                    aggressive_dash_splits=aggressive_dash_splits, escape=escape)
+        return truecase_tokens(tokens, truecaser=truecaser)
+    raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Truecasing
+
+
+def truecase_tokens(tokens: str, *, truecaser: MosesTruecaser) -> str:
+    """Truecase an already tokenised line like ``truecase.perl`` (known forms kept)."""
+    if not tokens:
+        return ""
+    return truecaser.truecase(tokens, return_str=True, use_known=True)
+
+
+def train_truecaser(texts: Iterable[str], *, lang: str) -> MosesTruecaser:
+    """Train a Moses truecaser on raw *training* captions of one language: each is normalised
+    and tokenised (not lowercased) first, as ``train-truecaser.perl`` expects."""
+    _check_lang(lang)
+    documents = []
+    for text in texts:
+        tokens = normalize_tokenize(text, lang=lang)
+        if tokens:
+            documents.append(tokens.split(" "))
+    if not documents:
+        raise ValueError(f"no non-empty training text to train a truecaser for {lang!r}")
+    truecaser = MosesTruecaser()
+    truecaser.train(documents, possibly_use_first_token=False)
+    return truecaser
+
+
+def save_truecaser(truecaser: MosesTruecaser, path: str | Path) -> None:
+    """Write the model in Moses' ``truecase-model`` format, atomically."""
+    if getattr(truecaser, "model", None) is None:
+        raise ValueError("the truecaser has no model to save")
+    with atomic_path(path) as tmp:
+        truecaser.save_model(str(tmp))
+
+
+def load_truecaser(path: str | Path) -> MosesTruecaser:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"truecase model not found: {path}")
+    return MosesTruecaser(load_from=str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+
+def _open_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise FileNotFoundError(f"input text file not found: {path}")
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rb") as handle:
+                return handle.read()
+        except (OSError, EOFError) as err:
+            raise ValueError(f"{path}: not a readable gzip file ({err})") from err
+    return path.read_bytes()
+
+
+def read_lines(path: str | Path) -> tuple[list[str], bool]:
+    """Lines of a UTF-8 text file (plain or ``.gz``), split on ``\\n`` only, as perl reads them.
+    Returns the lines and whether the last one ended with a newline. Invalid UTF-8 raises a
+    ``ValueError`` naming the file and the line."""
+    path = Path(path)
+    data = _open_bytes(path)
+    if not data:
+        return [], True
+    parts = data.split(b"\n")
+    final_newline = parts[-1] == b""
+    if final_newline:
+        parts.pop()
+    lines = []
+    for number, part in enumerate(parts, 1):
+        try:
+            lines.append(part.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{path}: line {number}: invalid UTF-8 at byte {err.start} "
+                f"({part[err.start:err.start + 4]!r})") from None
+    return lines, final_newline
+
+
+def _progress(iterable, *, total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="line", file=sys.stderr,
+                mininterval=2.0, disable=total < 1000)
+
+
+def prepare_file(input_path: str | Path, output_path: str | Path, *, lang: str,
+                 case: str = "lowercase", truecaser: MosesTruecaser | None = None) -> int:
+    """Prepare a text file line by line (one output line per input line); returns the count."""
+    lines, final_newline = read_lines(input_path)
+    out = []
+    last = len(lines) - 1
+    for i, line in enumerate(_progress(lines, total=len(lines), desc=f"prepare {lang}")):
+        out.append(prepare_line(line, lang=lang, case=case, truecaser=truecaser,
+                                newline=final_newline or i < last))
+    payload = "".join(line + "\n" for line in out).encode("utf-8")
+    output_path = Path(output_path)
+    with atomic_path(output_path) as tmp:
+        if output_path.suffix == ".gz":
+            with open(tmp, "wb") as raw_handle:
+                with gzip.GzipFile(fileobj=raw_handle, mode="wb", mtime=0, filename="") as gz:
+                    gz.write(payload)
+        else:
+            tmp.write_bytes(payload)
+    return len(out)
+
+
+def parse_truecase_models(specs: Iterable[str] | None) -> dict[str, Path]:
+    """``["en=path", "de=path"]`` → ``{"en": Path, "de": Path}``."""
+    models: dict[str, Path] = {}
+    for spec in specs or []:
+        lang, sep, path = spec.partition("=")
+        if not sep or not lang or not path:
+            raise ValueError(f"--truecase-model expects LANG=PATH, got {spec!r}")
+        if lang in models:
+            raise ValueError(f"--truecase-model given twice for language {lang!r}")
+        models[_check_lang(lang)] = Path(path)
+    return models
+
+
+def prepare_captions(frame, *, case: str = "lowercase",
+                     truecasers: dict[str, MosesTruecaser] | None = None, source: str = "captions"):
+    """Add the ``text`` column to a raw caption table (per row, with the row's ``lang``)."""
+    if case not in CASES:
+        raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
+    truecasers = truecasers or {}
+    langs = sorted(set(frame["lang"]))
+    for lang in langs:
+        _check_lang(lang)
+        if case == "truecase" and lang not in truecasers:
+            raise ValueError(f"{source}: case=truecase but no truecase model for language {lang!r} "
+                             f"(give --truecase-model {lang}=PATH)")
+    texts = []
+    rows = zip(frame["raw"].tolist(), frame["lang"].tolist())
+    for i, (raw, lang) in enumerate(_progress(rows, total=len(frame), desc="prepare captions")):
+        if not isinstance(raw, str):
+            raise ValueError(f"{source}: row {i}: 'raw' is not a string ({raw!r})")
+        if "\n" in raw:
+            raise ValueError(f"{source}: row {i}: caption contains a newline")
+        texts.append(prepare_line(raw, lang=lang, case=case,
+                                  truecaser=truecasers.get(lang) if case == "truecase" else None))
+    out = frame.copy()
+    out["text"] = texts
+    return out
+
+
+def training_texts(paths: Iterable[str | Path], *, lang: str) -> list[str]:
+    """Raw captions of ``lang`` from the ``train`` split of the given raw caption tables."""
+    texts: list[str] = []
+    for path in paths:
+        frame = read_captions(path, lang=lang)
+        texts.extend(frame.loc[frame["split"] == "train", "raw"].tolist())
+    return texts
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def _case_from(args: argparse.Namespace) -> str:
+    case = args.case
+    if case is None and getattr(args, "settings", None):
+        try:
+            settings = json.loads(args.settings)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--settings is not valid JSON: {err}") from err
+        if not isinstance(settings, dict):
+            raise ValueError("--settings must be a JSON object (the config's text section)")
+        case = settings.get("case", "lowercase")
+    case = case or "lowercase"
+    if case not in CASES:
+        raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
+    return case
+
+
+def _cli_prepare_text(args: argparse.Namespace) -> None:
+    case = _case_from(args)
+    truecaser = None
+    if case == "truecase":
+        if not args.truecase_model:
+            raise ValueError("--case truecase needs --truecase-model PATH")
+        truecaser = load_truecaser(args.truecase_model)
+    elif args.truecase_model:
+        raise ValueError("--truecase-model is only used with --case truecase")
+    n = prepare_file(args.input, args.output, lang=_check_lang(args.lang), case=case,
+                     truecaser=truecaser)
+    print(f"prepared {n} lines ({args.lang}, {case}) -> {args.output}")
+
+
+def _cli_prepare_captions(args: argparse.Namespace) -> None:
+    case = _case_from(args)
+    models = parse_truecase_models(args.truecase_model)
+    if case != "truecase" and models:
+        raise ValueError("--truecase-model is only used with --case truecase")
+    frame = read_captions(args.input)
+    truecasers = {lang: load_truecaser(path) for lang, path in models.items()
+                  if lang in set(frame["lang"])}
+    out = prepare_captions(frame, case=case, truecasers=truecasers, source=str(args.input))
+    write_parquet_atomic(args.output, out)
+    print(f"prepared {len(out)} captions ({case}) -> {args.output}")
+
+
+def _cli_train_truecaser(args: argparse.Namespace) -> None:
+    lang = _check_lang(args.lang)
+    texts = training_texts(args.input, lang=lang)
+    if not texts:
+        raise ValueError(f"no training-split captions in language {lang!r} in "
+                         f"{[str(p) for p in args.input]}")
+    truecaser = train_truecaser(texts, lang=lang)
+    save_truecaser(truecaser, args.output)
+    print(f"truecaser for {lang}: {len(truecaser.model['best'])} word types from "
+          f"{len(texts)} captions -> {args.output}")
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "prepare-text",
+        help="Moses-prepare a text file (lowercase | normalise-punctuation | tokenise)")
+    p.add_argument("--lang", required=True, help="language code (en, de, fr, cs, …)")
+    p.add_argument("input", help="UTF-8 text file, one caption per line (.gz accepted)")
+    p.add_argument("output", help="output text file (.gz if it ends in .gz)")
+    p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
+    p.add_argument("--truecase-model", default=None, help="truecase model (with --case truecase)")
+    p.add_argument("--settings", default=None, help="the config's text section as JSON")
+    p.set_defaults(func=_cli_prepare_text)
+
+    p = subparsers.add_parser("prepare-captions",
+                              help="add the Moses-prepared 'text' column to a raw caption table")
+    p.add_argument("--input", required=True, help="raw caption table (.parquet)")
+    p.add_argument("--output", required=True, help="prepared caption table (.parquet)")
+    p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
+    p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
+                   help="truecase model per language (repeat; with --case truecase)")
+    p.add_argument("--settings", default=None, help="the config's text section as JSON")
+    p.set_defaults(func=_cli_prepare_captions)
+
+    p = subparsers.add_parser("train-truecaser",
+                              help="train a Moses truecaser on the training split of raw tables")
+    p.add_argument("--input", required=True, nargs="+", help="raw caption tables (.parquet)")
+    p.add_argument("--lang", required=True)
+    p.add_argument("--output", required=True, help="truecase model file")
+    p.set_defaults(func=_cli_train_truecaser)
+
