@@ -69,7 +69,8 @@ def _world(root, *, n_train=60, n_val=40, seed=0):
 
 SETTINGS = {"batch_size": 16, "learning_rate": 5e-3, "grad_clip": 2.0, "margin": 0.2,
             "max_violation": True, "c2c_probability": 0.5, "validate_every": 10, "patience": 100,
-            "max_updates": 30, "device": "cpu", "threads": 1, "embedding_dim": 12, "joint_dim": 24}
+            "max_updates": 30, "device": "cpu", "threads": 1, "embedding_dim": 12, "joint_dim": 24,
+            "standardize_images": False}
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +282,43 @@ def test_tiny_training_run_learns(world, tmp_path):
     # T→I ≈ 2.5, 12.5, 25 %, so rsum ≈ 78 per language, ≈ 155 for En + De.
     per_lang = {lang: m["rsum"] for lang, m in summary["val_metrics"].items()}
     assert all(v > 300 for v in per_lang.values()), per_lang
+
+
+# --------------------------------------------------------------------------------------------
+# Image feature standardisation (config model.standardize_images)
+
+
+def test_standardisation_is_a_fixed_affine_map_kept_in_the_checkpoint(world, tmp_path):
+    spec, vocab = world
+    out = tmp_path / "std"
+    _run(world, out, standardize_images=True, max_updates=10)
+    model, _ = training.load_model(out / "checkpoint.pt")
+    from pseudopairs.io import load_features
+    _, train_feats = load_features(spec["c2i"][0]["features"])
+    x = train_feats.astype(np.float64)
+    # statistics over the distinct training images (en and de share one features file: counted once)
+    assert np.allclose(model.image_mean.numpy(), x.mean(0), atol=1e-5)
+    assert np.allclose(model.image_scale.numpy(), x.std(0), atol=1e-5)
+    feats = torch.from_numpy(train_feats[:4].astype(np.float32))
+    by_hand = torch.nn.functional.normalize(
+        model.image_projection((feats - torch.from_numpy(x.mean(0)).float()) / torch.from_numpy(x.std(0)).float()), dim=1)
+    assert torch.allclose(model.encode_images(feats), by_hand, atol=1e-5)
+
+
+def test_standardisation_rescues_max_violation_from_a_common_component(tmp_path):
+    """Features with a large shared offset (as random-weight ResNet features have) make the
+    max-violation loss collapse; standardising them lets the same run learn."""
+    spec, vocab = _world(tmp_path / "w", n_train=60, n_val=40, seed=3)
+    for split in ("train", "val"):
+        path = spec["c2i"][0]["features"] if split == "train" else spec["validation"]["features"]
+        from pseudopairs.io import load_features
+        ids, feats = load_features(path)
+        offset = 50.0 + np.abs(np.random.default_rng(0).normal(size=feats.shape[1])) * 20
+        save_features(path, image_ids=ids, features=(feats.astype(np.float32) + offset).astype(np.float32))
+    scores = {}
+    for flag in (False, True):
+        summary = training.train(spec=spec, settings={**SETTINGS, "standardize_images": flag, "max_updates": 60,
+                                                      "c2c_probability": 0.0, "learning_rate": 2e-3},
+                                 vocab_path=vocab, out_dir=tmp_path / f"run{flag}", seed=1)
+        scores[flag] = summary["best_score"]
+    assert scores[True] > scores[False] + 50, scores

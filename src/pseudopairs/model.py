@@ -61,6 +61,11 @@ class RankingModel(nn.Module):
         self.joint_dim = int(joint_dim)
         self.image_dim = int(image_dim)
         self.image_projection = nn.Linear(self.image_dim, self.joint_dim)
+        # Fixed per-dimension standardisation of the stored features (identity by default). An
+        # affine layer after a fixed affine map is still one affine map, so this changes the
+        # conditioning of the optimisation, not the model class (see set_image_standardization).
+        self.register_buffer("image_mean", torch.zeros(self.image_dim))
+        self.register_buffer("image_scale", torch.ones(self.image_dim))
         self.embedding = nn.Embedding(self.vocab_size, self.embedding_dim, padding_idx=PAD_ID)
         self.gru = nn.GRU(self.embedding_dim, self.joint_dim, num_layers=1, batch_first=True)
         self.reset_parameters()
@@ -84,9 +89,21 @@ class RankingModel(nn.Module):
         return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
                 "joint_dim": self.joint_dim, "image_dim": self.image_dim}
 
+    def set_image_standardization(self, *, mean, std) -> None:
+        """Standardise image features as ``(x - mean) / std`` before the affine layer; dimensions
+        with (near) zero spread keep scale 1. Features from a randomly initialised ResNet share a
+        large common component (cosine ≈ 0.998 between any two images), which makes the
+        max-violation loss collapse to equal embeddings; standardising removes it."""
+        mean = torch.as_tensor(mean, dtype=torch.float32).reshape(self.image_dim)
+        std = torch.as_tensor(std, dtype=torch.float32).reshape(self.image_dim)
+        with torch.no_grad():
+            self.image_mean.copy_(mean)
+            self.image_scale.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """(B, image_dim) stored features (any float dtype) → (B, joint_dim) unit rows."""
         features = features.to(device=self.device, dtype=self.image_projection.weight.dtype)
+        features = (features - self.image_mean) / self.image_scale
         return F.normalize(self.image_projection(features), dim=1)
 
     def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

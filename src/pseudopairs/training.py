@@ -64,6 +64,7 @@ SETTINGS_TYPES: dict[str, tuple[type, ...]] = {
     "margin": (int, float), "max_violation": (bool,), "c2c_probability": (int, float),
     "validate_every": (int,), "patience": (int,), "max_updates": (int,), "device": (str,),
     "threads": (int,), "embedding_dim": (int,), "joint_dim": (int,),
+    "standardize_images": (bool,),
 }
 # Settings that do not change the result of a (CPU) run, so a resumed run may differ in them.
 _RUN_NEUTRAL_SETTINGS = ("device", "threads")
@@ -424,6 +425,19 @@ def _load_data(spec: dict, vocab: Vocabulary):
     return c2i, c2c, val_sets, next(iter(dims.values()))
 
 
+def training_image_statistics(c2i) -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension mean and standard deviation over the distinct training images of the c2i
+    data sets (each features array counted once, even when several data sets share it)."""
+    arrays, seen = [], set()
+    for data in c2i:
+        features = data.captions.features
+        if id(features) not in seen:
+            seen.add(id(features))
+            arrays.append(np.asarray(features, dtype=np.float64))
+    stacked = np.concatenate(arrays, axis=0)
+    return stacked.mean(axis=0), stacked.std(axis=0)
+
+
 def _input_stamps(spec: dict, vocab_path) -> list:
     paths = [vocab_path, spec["validation"]["captions"], spec["validation"]["features"]]
     for e in spec["c2i"]:
@@ -464,6 +478,9 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
     seed_everything(seed)
     model = RankingModel(len(vocab), embedding_dim=settings["embedding_dim"],
                          joint_dim=settings["joint_dim"], image_dim=image_dim)
+    if settings["standardize_images"]:
+        mean, std = training_image_statistics(c2i)
+        model.set_image_standardization(mean=mean, std=std)
     if spec["init_from"]:
         source, meta = load_model(spec["init_from"])
         if source.config() != model.config():
