@@ -1,0 +1,164 @@
+"""Throughput of the feature pipeline versus a bare model forward.
+
+Writes N synthetic PNGs to a temporary directory, then measures in one process, on one device,
+with one batch size and one prepared model (ResNet50, random weights, ``channels_last``):
+
+- pipeline: ``pseudopairs.features.extract_features`` from the PNG files to the feature array
+  (DataLoader workers decoding/resizing/cropping, normalisation on the device, forward, copy
+  back, dtype cast, shard files written to the temporary directory);
+- bare forward: only ``model(x)`` over the same images already decoded, preprocessed,
+  normalised and sitting on the device in batches.
+
+ratio = pipeline images/s ÷ bare images/s (1.0 = the data path costs nothing). On CUDA it also
+measures 224-px crops (resize 256, the paper's setting) with fp16 autocast. Both measurements use the
+torch thread count the pipeline picks for its forward (`forward_threads`; on CPU with 1 worker on
+2 cores: 1 thread, the decoding worker gets the other core); `--threads` overrides it.
+
+    .venv/bin/python benchmarks/features.py [--images N --size S --device auto --workers W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from PIL import Image
+
+from pseudopairs import features as F
+
+
+def write_pngs(directory: Path, *, count: int, size: int, seed: int) -> pd.DataFrame:
+    """Synthetic photographs-ish: smooth colour gradients, a few boxes and mild noise (PNG-coded)."""
+    rng = np.random.default_rng(seed)
+    height, width = size, int(round(size * 4 / 3))  # landscape, like Flickr/COCO photos
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    rows = []
+    for i in range(count):
+        base = rng.uniform(0, 255, size=3)
+        slope = rng.uniform(-1, 1, size=(2, 3)) * 255 / size
+        img = base + yy[..., None] * slope[0] + xx[..., None] * slope[1]
+        for _ in range(3):
+            y0, x0 = rng.integers(0, height - 8), rng.integers(0, width - 8)
+            img[y0:y0 + rng.integers(8, height // 2), x0:x0 + rng.integers(8, width // 2)] = rng.uniform(0, 255, 3)
+        img += rng.normal(0, 6, size=img.shape)
+        path = directory / f"img{i:06d}.png"
+        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(path)
+        rows.append((f"img{i:06d}", str(path)))
+    return pd.DataFrame(rows, columns=["image_id", "path"])
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bare_forward_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, device) -> float:
+    """images/s of model(x) alone over preprocessed, normalised batches already on the device."""
+    amp = F.autocast_dtype(device)
+    batches = []
+    paths = frame["path"].tolist()
+    for lo in range(0, len(paths), settings.batch_size):
+        uint8 = torch.stack([F.load_image(p, resize=settings.resize, crop=settings.crop)
+                             for p in paths[lo:lo + settings.batch_size]])
+        x = F.normalize_batch(uint8.to(device)).contiguous(memory_format=torch.channels_last)
+        batches.append(x)
+    with torch.inference_mode():
+        synchronize(device)
+        start = time.perf_counter()
+        for x in batches:
+            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                y = model(x)
+        synchronize(device)
+        elapsed = time.perf_counter() - start
+    assert y.shape[1] == F.FEATURE_DIM
+    return len(paths) / elapsed
+
+
+def pipeline_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, shard_dir: Path) -> float:
+    F.remove_shards(shard_dir)
+    start = time.perf_counter()
+    result = F.extract_features(frame, settings=settings, shard_dir=shard_dir, model=model, progress=False)
+    elapsed = time.perf_counter() - start
+    assert result.features.shape == (len(frame), F.FEATURE_DIM) and result.computed == len(frame)
+    F.remove_shards(shard_dir)
+    return len(frame) / elapsed
+
+
+def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.FeatureSettings,
+            repeats: int) -> dict:
+    device = F.resolve_device(settings.device)
+    image_dir = tmp / f"png{size}"
+    image_dir.mkdir(exist_ok=True)
+    frame = write_pngs(image_dir, count=count, size=size, seed=0)
+    model = F.prepare_model(F.build_model("none", seed=0), device)
+    # The bare forward runs with the thread count the pipeline uses for its forward.
+    torch.set_num_threads(F.forward_threads(settings, device))
+    # Warm up both paths (allocator, cudnn autotuning, page cache of the PNGs).
+    warm = frame.head(min(len(frame), 2 * settings.batch_size))
+    pipeline_rate(model, warm, settings, tmp / "shards")
+    bare_forward_rate(model, warm, settings, device)
+    pipe, bare = [], []
+    for _ in range(repeats):  # interleaved, so background load hits both alike
+        bare.append(bare_forward_rate(model, frame, settings, device))
+        pipe.append(pipeline_rate(model, frame, settings, tmp / "shards"))
+    row = {
+        "label": label, "device": str(device), "images": count, "png_size": size,
+        "resize": settings.resize, "crop": settings.crop, "batch_size": settings.batch_size,
+        "workers": settings.workers, "torch_threads": torch.get_num_threads(),
+        "amp": str(F.autocast_dtype(device)), "pipeline_img_s": max(pipe), "bare_img_s": max(bare),
+    }
+    row["ratio"] = row["pipeline_img_s"] / row["bare_img_s"]
+    print(f"[{label}] {device} {count} PNGs {size}px -> resize {settings.resize} crop {settings.crop}, "
+          f"batch {settings.batch_size}, workers {settings.workers}, threads {torch.get_num_threads()}, "
+          f"amp {row['amp']}: pipeline {row['pipeline_img_s']:.1f} img/s, bare forward "
+          f"{row['bare_img_s']:.1f} img/s, ratio {row['ratio']:.3f}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=320, help="number of synthetic PNGs")
+    parser.add_argument("--size", type=int, default=112, help="PNG height in px (width = 4/3 of it)")
+    parser.add_argument("--resize", type=int, default=128)
+    parser.add_argument("--crop", type=int, default=112)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--workers", type=int, default=None,
+                        help="DataLoader workers (default: 1 on CPU, min(8, cores - 1) on CUDA)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="features.threads: torch threads for the forward, in both measurements "
+                             "(default: the pipeline's own choice, pseudopairs.features.forward_threads)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed repetitions; the best is kept")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    device = F.resolve_device(args.device)
+    cores = os.cpu_count() or 1
+    workers = args.workers if args.workers is not None else (1 if device.type == "cpu" else max(1, min(8, cores - 1)))
+    base = dict(weights="none", seed=0, dtype="float16", format="npz", batch_size=args.batch_size,
+                workers=workers, device=device.type, shard_size=512, threads=args.threads)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="pp-features-bench-") as tmp:
+        tmp = Path(tmp)
+        results.append(measure("default", tmp=tmp, count=args.images, size=args.size, repeats=args.repeats,
+                               settings=F.FeatureSettings(resize=args.resize, crop=args.crop, **base)))
+        if device.type == "cuda":
+            big = dict(base, batch_size=max(args.batch_size, 128))
+            results.append(measure("paper-224-amp", tmp=tmp, count=max(args.images, 2048), size=320,
+                                   repeats=args.repeats, settings=F.FeatureSettings(resize=256, crop=224, **big)))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""Tests of the image-feature step (pseudopairs.features): tiny images, CPU, one thread."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from pseudopairs import features as F
+from pseudopairs.io import load_features
+
+torch.set_num_threads(1)
+
+# Settings shared by the tests: 32-px crops of ~40-px images, small shards and batches.
+BASE = dict(resize=36, crop=32, dtype="float32", format="npz", batch_size=3, workers=0,
+            device="cpu", shard_size=4)
+_MODELS: dict = {}
+_real_build_model = F.build_model
+
+
+@pytest.fixture(autouse=True)
+def memoised_models(monkeypatch):
+    """Building a ResNet50 costs seconds on a busy machine: build each (weights, seed) once with
+    the real function and hand out copies. Also counts the images each model copy is run on."""
+    calls = {"images": 0, "builds": 0}
+
+    def build(weights="none", *, seed=0):
+        calls["builds"] += 1
+        key = (weights, seed)
+        if key not in _MODELS:
+            _MODELS[key] = _real_build_model(weights, seed=seed)
+        model = copy.deepcopy(_MODELS[key])
+        model.register_forward_hook(lambda mod, inp, out: calls.__setitem__("images", calls["images"] + inp[0].shape[0]))
+        return model
+
+    monkeypatch.setattr(F, "build_model", build)
+    return calls
+
+
+def make_images(directory: Path, count: int, *, seed: int = 0, prefix: str = "img") -> pd.DataFrame:
+    """``count`` random RGB PNGs of assorted sizes; ids deliberately not in sorted order."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        h, w = int(rng.integers(36, 48)), int(rng.integers(36, 56))
+        array = (rng.random((h, w, 3)) * 255).astype(np.uint8)
+        path = directory / f"{prefix}{i}.png"
+        Image.fromarray(array).save(path)
+        rows.append((f"{prefix}-{(7 * i) % count:03d}-{i}", str(path)))
+    return pd.DataFrame(rows, columns=["image_id", "path"])
+
+
+def write_list(frame: pd.DataFrame, path: Path) -> Path:
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def settings(**overrides) -> F.FeatureSettings:
+    return F.FeatureSettings(**{**BASE, **overrides})
+
+
+def reference_features(paths, *, seed=0, resize=36, crop=32, model=None) -> np.ndarray:
+    """Multi30K-extractor preprocessing written with torchvision's standard transforms, one image
+    at a time, through a resnet50 built here (fc = identity)."""
+    from torchvision import transforms
+    from torchvision.models import resnet50
+
+    if model is None:
+        torch.manual_seed(seed)
+        model = resnet50()
+        model.fc = torch.nn.Identity()
+    model.eval()
+    transform = transforms.Compose([
+        transforms.Resize(resize), transforms.CenterCrop(crop), transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
+    with torch.inference_mode():
+        rows = [model(transform(Image.open(p).convert("RGB")).unsqueeze(0))[0].numpy() for p in paths]
+    return np.stack(rows)
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def test_shape_dtype_order_and_values_match_reference(tmp_path):
+    frame = make_images(tmp_path / "img", 5)
+    result = F.extract_features(frame, settings=settings(), progress=False)
+    assert result.image_ids == frame["image_id"].tolist()
+    assert result.features.shape == (5, 2048) and result.features.dtype == np.float32
+    expected = reference_features(frame["path"], seed=0)
+    np.testing.assert_allclose(result.features, expected, rtol=1e-4, atol=1e-4)
+    # Rows follow the list: reversing the list reverses the rows.
+    reversed_result = F.extract_features(frame.iloc[::-1], settings=settings(), progress=False)
+    assert reversed_result.image_ids == frame["image_id"].tolist()[::-1]
+    np.testing.assert_allclose(reversed_result.features, result.features[::-1], rtol=1e-4, atol=1e-4)
+
+    half = F.extract_features(frame, settings=settings(dtype="float16"), progress=False)
+    assert half.features.dtype == np.float16
+    np.testing.assert_array_equal(half.features, result.features.astype(np.float16))
+
+
+def test_workers_keep_order_and_values(tmp_path):
+    frame = make_images(tmp_path / "img", 7)
+    serial = F.extract_features(frame, settings=settings(), progress=False)
+    parallel = F.extract_features(frame, settings=settings(workers=2, batch_size=2), progress=False)
+    assert parallel.image_ids == serial.image_ids
+    np.testing.assert_allclose(parallel.features, serial.features, rtol=1e-4, atol=1e-4)
+
+
+def test_seeded_random_weights_are_deterministic(tmp_path):
+    frame = make_images(tmp_path / "img", 3)
+    _MODELS.clear()  # build for real in this test, twice
+    a = F.extract_features(frame, settings=settings(seed=3), progress=False)
+    _MODELS.clear()
+    b = F.extract_features(frame, settings=settings(seed=3), progress=False)
+    c = F.extract_features(frame, settings=settings(seed=4), progress=False)
+    np.testing.assert_array_equal(a.features, b.features)
+    assert not np.allclose(a.features, c.features)
+    # The global RNG is not disturbed by building the model.
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    _real_build_model("none", seed=9)
+    assert torch.equal(torch.rand(3), before)
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_after_first_shard(monkeypatch):
+    real = F._write_shard
+    written = []
+
+    def write(shard_dir, shard):
+        path = real(shard_dir, shard)
+        written.append(path)
+        raise Killed(f"killed after {path}")
+
+    monkeypatch.setattr(F, "_write_shard", write)
+    return written
+
+
+def test_killed_job_resumes_from_shards(tmp_path, monkeypatch, memoised_models):
+    frame = make_images(tmp_path / "img", 10)  # shards of 4: 4 + 4 + 2
+    images = write_list(frame, tmp_path / "list.parquet")
+    out = tmp_path / "out" / "f.npz"
+    skipped = tmp_path / "out" / "f.skipped.tsv"
+
+    clean = F.run_features(images, tmp_path / "clean" / "f.npz", tmp_path / "clean" / "s.tsv",
+                           settings=settings(), progress=False)
+
+    with monkeypatch.context() as m:
+        written = kill_after_first_shard(m)
+        with pytest.raises(Killed):
+            F.run_features(images, out, skipped, settings=settings(), progress=False)
+    shard_dir = Path(str(out) + ".shards")
+    assert written == [shard_dir / "shard-000000.npz"]
+    assert sorted(p.name for p in shard_dir.iterdir()) == ["shard-000000.npz"]
+    assert not out.exists() and not skipped.exists()  # nothing that looks complete
+
+    memoised_models["images"] = 0
+    result = F.run_features(images, out, skipped, settings=settings(), progress=False)
+    assert result.reused_shards == 1 and result.computed == 6
+    assert memoised_models["images"] == 6  # the first shard's 4 images were not recomputed
+    ids, array = load_features(out)
+    clean_ids, clean_array = load_features(tmp_path / "clean" / "f.npz")
+    assert ids == clean_ids == frame["image_id"].tolist()
+    np.testing.assert_array_equal(array, clean_array)
+    assert np.array_equal(array, clean.features)
+    assert not shard_dir.exists()  # removed after success
+    assert skipped.read_text() == "image_id\tpath\treason\n"
+
+
+def test_shards_from_other_settings_or_images_are_not_reused(tmp_path, monkeypatch, memoised_models):
+    frame = make_images(tmp_path / "img", 6)
+    shard_dir = tmp_path / "shards"
+    with monkeypatch.context() as m:
+        kill_after_first_shard(m)
+        with pytest.raises(Killed):
+            F.extract_features(frame, settings=settings(seed=0), shard_dir=shard_dir, progress=False)
+    assert (shard_dir / "shard-000000.npz").exists()
+
+    memoised_models["images"] = 0
+    other_seed = F.extract_features(frame, settings=settings(seed=1), shard_dir=shard_dir, progress=False)
+    assert other_seed.reused_shards == 0 and memoised_models["images"] == 6
+    fresh = F.extract_features(frame, settings=settings(seed=1), progress=False)
+    np.testing.assert_array_equal(other_seed.features, fresh.features)
+
+    # Shards now hold seed-1 features; a different crop must not reuse them either.
+    memoised_models["images"] = 0
+    other_crop = F.extract_features(frame, settings=settings(seed=1, crop=30), shard_dir=shard_dir,
+                                    progress=False)
+    assert other_crop.reused_shards == 0 and memoised_models["images"] == 6
+
+    # Same settings (crop 30) but a different image list: ids differ, so nothing is reused.
+    other_frame = make_images(tmp_path / "img2", 6, seed=1, prefix="other")
+    memoised_models["images"] = 0
+    other_images = F.extract_features(other_frame, settings=settings(seed=1, crop=30), shard_dir=shard_dir,
+                                      progress=False)
+    assert other_images.reused_shards == 0 and memoised_models["images"] == 6
+
+    # Batch size, workers and shard-irrelevant settings do not invalidate shards.
+    memoised_models["images"] = 0
+    same = F.extract_features(other_frame, settings=settings(seed=1, crop=30, batch_size=5),
+                              shard_dir=shard_dir, progress=False)
+    assert same.reused_shards == 2 and memoised_models["images"] == 0
+    np.testing.assert_array_equal(same.features, other_images.features)
+
+
+def test_unreadable_image_is_an_error_naming_it(tmp_path):
+    frame = make_images(tmp_path / "img", 5)
+    bad = Path(frame.loc[2, "path"])
+    bad.write_bytes(b"this is not a PNG at all" * 10)
+    images = write_list(frame, tmp_path / "list.parquet")
+    out = tmp_path / "f.npz"
+    with pytest.raises(F.UnreadableImageError) as info:
+        F.run_features(images, out, tmp_path / "s.tsv", settings=settings(), progress=False)
+    message = str(info.value)
+    assert frame.loc[2, "image_id"] in message and str(bad) in message and "skip_unreadable" in message
+    assert not out.exists()
+
+
+def test_skip_unreadable_lists_images_in_tsv(tmp_path):
+    frame = make_images(tmp_path / "img", 6)
+    bad_png = Path(frame.loc[1, "path"])
+    bad_png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 20)  # PNG magic, then junk
+    truncated = Path(frame.loc[4, "path"])
+    truncated.write_bytes(truncated.read_bytes()[:60])
+    images = write_list(frame, tmp_path / "list.parquet")
+    out, tsv = tmp_path / "f.npz", tmp_path / "f.skipped.tsv"
+    result = F.run_features(images, out, tsv, settings=settings(skip_unreadable=True, workers=1),
+                            progress=False)
+
+    keep = [0, 2, 3, 5]
+    ids, array = load_features(out)
+    assert ids == frame["image_id"].iloc[keep].tolist() == result.image_ids
+    expected = F.extract_features(frame.iloc[keep], settings=settings(), progress=False)
+    np.testing.assert_allclose(array, expected.features, rtol=1e-4, atol=1e-4)
+
+    table = pd.read_csv(tsv, sep="\t", dtype=str)
+    assert list(table.columns) == ["image_id", "path", "reason"]
+    assert table["image_id"].tolist() == frame["image_id"].iloc[[1, 4]].tolist()
+    assert table["path"].tolist() == [str(bad_png), str(truncated)]
+    assert all(reason for reason in table["reason"])
+
+
+def test_missing_file_is_an_error_even_when_skipping(tmp_path):
+    frame = make_images(tmp_path / "img", 3)
+    missing = tmp_path / "img" / "gone.png"
+    frame.loc[1, "path"] = str(missing)
+    images = write_list(frame, tmp_path / "list.parquet")
+    for skip in (False, True):
+        with pytest.raises(FileNotFoundError) as info:
+            F.run_features(images, tmp_path / "f.npz", tmp_path / "s.tsv",
+                           settings=settings(skip_unreadable=skip), progress=False)
+        assert frame.loc[1, "image_id"] in str(info.value) and str(missing) in str(info.value)
+    assert not (tmp_path / "f.npz").exists()
+
+
+def test_npz_and_parquet_round_trip_equal(tmp_path):
+    frame = make_images(tmp_path / "img", 5)
+    images = write_list(frame, tmp_path / "list.parquet")
+    for dtype in ("float16", "float32"):
+        F.run_features(images, tmp_path / dtype / "f.npz", tmp_path / dtype / "a.tsv",
+                       settings=settings(dtype=dtype, format="npz"), progress=False)
+        F.run_features(images, tmp_path / dtype / "f.parquet", tmp_path / dtype / "b.tsv",
+                       settings=settings(dtype=dtype, format="parquet"), progress=False)
+        npz_ids, npz = load_features(tmp_path / dtype / "f.npz")
+        pq_ids, pq = load_features(tmp_path / dtype / "f.parquet")
+        assert npz_ids == pq_ids == frame["image_id"].tolist()
+        assert npz.dtype == pq.dtype == np.dtype(dtype) and npz.shape == (5, 2048)
+        np.testing.assert_array_equal(npz, pq)
+
+    with pytest.raises(ValueError, match=r"features\.format"):
+        F.run_features(images, tmp_path / "x.parquet", tmp_path / "x.tsv", settings=settings(format="npz"),
+                       progress=False)
+
+
+def test_weights_from_a_local_state_dict(tmp_path):
+    from torchvision.models import resnet50
+
+    torch.manual_seed(5)
+    direct = resnet50()  # with its fc: the loader must ignore fc.*
+    weights = tmp_path / "resnet50.pt"
+    torch.save(direct.state_dict(), weights)
+    direct.fc = torch.nn.Identity()
+
+    frame = make_images(tmp_path / "img", 3)
+    loaded = F.extract_features(frame, settings=settings(weights=str(weights), seed=0), progress=False)
+    expected = reference_features(frame["path"], model=direct)
+    np.testing.assert_allclose(loaded.features, expected, rtol=1e-4, atol=1e-4)
+    seed0 = F.extract_features(frame, settings=settings(seed=0), progress=False)
+    assert not np.allclose(loaded.features, seed0.features)
+
+    wrong = tmp_path / "wrong.pt"
+    torch.save({"conv1.weight": torch.zeros(1)}, wrong)
+    with pytest.raises(ValueError, match="not a torchvision resnet50 state dict"):
+        _real_build_model(str(wrong))
+    torch.save({"layer9.weight": torch.zeros(1)}, wrong)
+    with pytest.raises(ValueError, match=r"not a torchvision resnet50 state dict: missing .*unexpected"):
+        _real_build_model(str(wrong))
+    with pytest.raises(FileNotFoundError, match=r"features\.weights"):
+        F.extract_features(frame, settings=settings(weights=str(tmp_path / "absent.pt")), progress=False)
+
+
+def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    frame = make_images(tmp_path / "img", 2)
+    with pytest.raises(FileNotFoundError) as info:
+        F.extract_features(frame, settings=settings(weights="imagenet"), progress=False)
+    message = str(info.value)
+    assert "IMAGENET1K_V1" in message and "download" in message
+    assert str(tmp_path / "torch_home") in message
+    assert not (tmp_path / "torch_home" / "hub" / "checkpoints").exists()
+
+    # With a file in the cache (here: a seeded resnet50 under the official file name) it is used.
+    cached = F.imagenet_checkpoint_path()
+    assert cached.parent == tmp_path / "torch_home" / "hub" / "checkpoints"
+    assert cached.name.startswith("resnet50-") and cached.suffix == ".pth"
+    from torchvision.models import resnet50
+
+    torch.manual_seed(11)
+    model = resnet50()
+    cached.parent.mkdir(parents=True)
+    torch.save(model.state_dict(), cached)
+    model.fc = torch.nn.Identity()
+    result = F.extract_features(frame, settings=settings(weights="imagenet"), progress=False)
+    np.testing.assert_allclose(result.features, reference_features(frame["path"], model=model),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_cli_writes_outputs_and_removes_shards(tmp_path, monkeypatch):
+    frame = make_images(tmp_path / "img", 5)
+    monkeypatch.chdir(tmp_path)
+    frame["path"] = [str(Path(p).relative_to(tmp_path)) for p in frame["path"]]  # relative to cwd
+    write_list(frame, tmp_path / "list.parquet")
+    parser = argparse.ArgumentParser()
+    F.register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args([
+        "features", "--images", "list.parquet", "--output", "results/features/m30k/train.npz",
+        "--skipped", "results/features/m30k/train.skipped.tsv",
+        "--settings", json.dumps({**BASE, "weights": "none", "seed": 0, "skip_unreadable": False}),
+    ])
+    assert args.func(args) == 0
+    ids, array = load_features("results/features/m30k/train.npz")
+    assert ids == frame["image_id"].tolist() and array.shape == (5, 2048)
+    assert Path("results/features/m30k/train.skipped.tsv").read_text() == "image_id\tpath\treason\n"
+    assert sorted(p.name for p in Path("results/features/m30k").iterdir()) == ["train.npz", "train.skipped.tsv"]
+
+
+def test_settings_validation_names_the_key():
+    with pytest.raises(ValueError, match=r"features\.colour"):
+        F.FeatureSettings.from_dict({"colour": 1})
+    with pytest.raises(ValueError, match=r"features\.dtype"):
+        F.FeatureSettings.from_dict({"dtype": "float64"})
+    with pytest.raises(ValueError, match=r"features\.crop"):
+        F.FeatureSettings.from_dict({"resize": 100, "crop": 112})
+    with pytest.raises(ValueError, match=r"features\.workers"):
+        F.FeatureSettings.from_dict({"workers": -1})
+    assert F.FeatureSettings.from_dict({}).to_dict()["shard_size"] == 512
+
+
+def test_forward_threads_leave_cores_to_the_decoding_workers(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    monkeypatch.setattr(F.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert F.forward_threads(settings(threads=3), cpu) == 3          # explicit wins
+    assert F.forward_threads(settings(workers=0), cpu) == 8          # no workers: torch's count
+    assert F.forward_threads(settings(workers=2), cpu) == 4          # 6 cores - 2 workers
+    assert F.forward_threads(settings(workers=9), cpu) == 1          # never below 1
+    assert F.forward_threads(settings(workers=2), torch.device("cuda")) == 8
