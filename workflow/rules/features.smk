@@ -17,7 +17,7 @@ rule features:
         skipped=layout.skipped_images("{corpus}", "{split}"),
     params:
         settings=as_json(config["features"]),
-    threads: max(1, config["features"]["workers"])
+    threads: config["features"]["workers"] + (config["features"].get("threads") or 1)
     resources:
         gpu=GPU,
     log:
