@@ -1,11 +1,14 @@
 """Moses text preparation: exact outputs of the Multi30K recipe (lowercase.perl |
 normalize-punctuation.perl -l L | tokenizer.perl -l L, Moses snapshot of December 2017),
-truecasing, and the three CLIs.
+truecasing, the three CLIs, and the vocabulary.
 
-Three kinds of evidence:
+Four kinds of evidence:
 - hand-written cases with expected outputs worked out from the perl scripts' rules;
 - ``tests/data/text/multi30k_upstream_sample.jsonl``: real captions with the line the upstream
   Multi30K release (multi30k/dataset, ``data/task1/tok``) has for them;
+- ``tests/data/text/multi30k_upstream_sizes.json``: the line, character and word counts of 22
+  upstream tokenised files, which ``pseudopairs prepare-text`` must reproduce exactly from the raw
+  files (the 29,000-line ones only with ``PSEUDOPAIRS_FULL_MULTI30K=1``);
 - when perl and the ``mosestokenizer`` package (which ships Moses' perl scripts) are installed,
   a comparison with the real perl scripts, on hand cases, seeded random strings and real
   Multi30K validation files.
@@ -28,7 +31,8 @@ import pandas as pd
 import pytest
 
 from pseudopairs import text as T
-from pseudopairs.io import RAW_CAPTION_COLUMNS
+from pseudopairs import vocab as V
+from pseudopairs.io import CAPTION_COLUMNS, RAW_CAPTION_COLUMNS
 
 DATA = Path(__file__).parent / "data" / "text"
 
@@ -101,6 +105,10 @@ HAND_CASES = [
     ("cs", "Muž v ČERVENÉM tričku jde po ulici.", "muž v červeném tričku jde po ulici ."),
     ("cs", "Nápis „Stop.“", "nápis &quot; stop . &quot;"),
     ("cs", "Dvě děti, které běží bez bot.", "dvě děti , které běží bez bot."),
+    # perl's \p{IsAlnum} covers every script (sacremoses' own tables miss CJK, Hangul, Nl, Ⓐ…)
+    ("en", "A sign reads 中文, OK.", "a sign reads 中文 , ok ."),
+    ("de", "Ein Schild: 한국어-Kurs, Ⅻ Jahre.", "ein schild : 한국어-kurs , ⅻ jahre ."),
+    ("fr", "L'Ⓐ de Ⅻ.", "l&apos; ⓐ de ⅻ ."),
 ]
 
 
@@ -216,7 +224,8 @@ def _random_lines(rng: random.Random, n: int) -> list[str]:
               "`", '"', "„", "“", "”", "‘", "’", "‚", "«", "»", "\u00a0", "(", ")", ",", ";", ":",
               "!", "?", "…", "–", "—", "´", "%", "&", "<", ">", "[", "]", "|", "@", "-", "/", "#",
               "\t", "\x01", "\x1c", "\u200b", "Σ", "İ", "No", "Mr", "p.m", "art", "bot", "5", "a.",
-              "\r", "  ", "ºC", "cm", "nº", "\u00a0«\u00a0", "\u00a0»\u00a0", "..", "...."]
+              "\r", "  ", "ºC", "cm", "nº", "\u00a0«\u00a0", "\u00a0»\u00a0", "..", "....",
+              "中", "한", "क्ष", "Ⓐ", "ǅ", "٣", "Ⅻ", "ⅰ", "\u0345", "\ufeff", "😀", "€"]
     return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(n)]
 
 
@@ -247,6 +256,76 @@ def test_real_multi30k_file_matches_moses_perl_scripts(tmp_path, multi30k_root, 
     got = [T.prepare_line(line, lang=lang) for line in lines]
     diffs = [i + 1 for i, (g, e) in enumerate(zip(got, expected)) if g != e]
     assert diffs == [], f"{name}: lines {diffs[:10]} differ from the perl reference"
+
+
+def test_perl_property_sets_hand_checked():
+    """The tokeniser's \\p{IsAlpha}, \\p{IsN}, \\p{IsLower}, \\p{IsAlnum} are Unicode's, in full."""
+    sets = T.perl_property_sets()
+    alpha, alnum, numbers, lower = (sets[k] for k in ("IsAlpha", "IsAlnum", "IsN", "IsLower"))
+    # letters of every script, letter numbers (Nl) and Other_Alphabetic (circled letters, vowel signs)
+    for ch in ("a", "ß", "中", "한", "ア", "ǅ", "Ⅻ", "Ⓐ", "\u093e", "\u0345"):
+        assert ch in alpha and ch in alnum, repr(ch)
+    # not alphabetic: digits, a virama, symbols, punctuation, spaces (sacremoses adds viramas)
+    for ch in ("1", "٣", "\u094d", "€", "'", " ", "\n"):
+        assert ch not in alpha, repr(ch)
+    assert {"1", "٣", "\u0967"} <= alnum and "²" not in alnum  # Alnum = Alphabetic + Nd only
+    assert {"1", "٣", "²", "½", "Ⅻ", "\u3007"} <= numbers and "\n" not in numbers
+    assert {"a", "ß", "ª", "ⅰ", "ⓐ", "\u0345"} <= lower  # Ll + Other_Lowercase
+    assert not {"A", "Ⅻ", "中", "\u25cc"} & lower
+    assert len(alpha) == 133_396 and len(numbers) == 1_791 and len(lower) == 2_471  # Unicode 14.0
+
+
+def test_perl_property_sets_match_perl():
+    """Every code point: our classes equal perl's own \\p{IsAlpha}, \\p{IsAlnum}, \\p{IsN},
+    \\p{IsLower} (tokenizer.perl's classes), where perl and Python share a Unicode version."""
+    import unicodedata
+
+    perl = shutil.which("perl")
+    if perl is None:
+        pytest.skip("perl is not installed")
+    script = (
+        'use Unicode::UCD; binmode(STDOUT); print Unicode::UCD::UnicodeVersion(), "\\n";'
+        "for my $c (0 .. 0x10FFFF) { if ($c >= 0xD800 && $c <= 0xDFFF) { print 'A'; next }"
+        " my $ch = chr($c); my $v = 0;"
+        " $v |= 1 if $ch =~ /\\p{IsAlpha}/; $v |= 2 if $ch =~ /\\p{IsAlnum}/;"
+        " $v |= 4 if $ch =~ /\\p{IsN}/; $v |= 8 if $ch =~ /\\p{IsLower}/; print chr(65 + $v) }")
+    proc = subprocess.run([perl, "-e", script], capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    version, _, table = proc.stdout.decode("ascii").partition("\n")
+    if version != unicodedata.unidata_version:
+        pytest.skip(f"perl has Unicode {version}, Python {unicodedata.unidata_version}")
+    assert len(table) == 0x110000
+    sets = T.perl_property_sets()
+    names = ("IsAlpha", "IsAlnum", "IsN", "IsLower")
+    wrong = []
+    for cp, code in enumerate(table):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch, bits = chr(cp), ord(code) - 65
+        for bit, name in enumerate(names):
+            if bool(bits >> bit & 1) != (ch in sets[name]):
+                wrong.append((f"U+{cp:04X}", name))
+    assert wrong == [], f"{len(wrong)} differences from perl, e.g. {wrong[:10]}"
+
+
+UPSTREAM_SIZES = json.loads((DATA / "multi30k_upstream_sizes.json").read_text(encoding="utf-8"))["files"]
+# the 29,000-line training files take about 7 s each; PSEUDOPAIRS_FULL_MULTI30K=1 includes them
+FULL_MULTI30K = os.environ.get("PSEUDOPAIRS_FULL_MULTI30K") == "1"
+
+
+@pytest.mark.parametrize("entry", [e for e in UPSTREAM_SIZES if FULL_MULTI30K or e["lines"] <= 1014],
+                         ids=lambda e: e["raw_file"])
+def test_prepare_text_matches_upstream_release_sizes(tmp_path, multi30k_root, entry):
+    """``pseudopairs prepare-text`` on a real Multi30K file gives the upstream tokenised file's
+    exact line, character and word counts (both of the 2017 final-dot rules and the French
+    prefix list change the character count)."""
+    out = tmp_path / "out.txt"
+    run_cli("prepare-text", "--lang", entry["lang"], str(multi30k_root / entry["raw_file"]), str(out))
+    text = out.read_bytes().decode("utf-8")
+    assert text.count("\n") == entry["lines"] and text.endswith("\n")
+    assert len(text) == entry["chars"], entry["upstream_file"]
+    if entry["words"] is not None:
+        assert len(text.split()) == entry["words"], entry["upstream_file"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,3 +541,79 @@ def test_prepare_captions_rejects_non_caption_table(tmp_path):
     pd.DataFrame({"x": [1]}).to_parquet(bad, index=False)
     with pytest.raises(ValueError, match="not a caption table"):
         run_cli("prepare-captions", "--input", str(bad), "--output", str(tmp_path / "o.parquet"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary (one table for all languages, training captions only)
+
+
+def run_vocab_cli(*argv: str):
+    parser = argparse.ArgumentParser(prog="pseudopairs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    V.register_cli(sub)
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def _prepared(path: Path, rows, *, dataset="m30k", split="train") -> Path:
+    """A prepared caption table from (image_id, lang, text) rows (raw = text)."""
+    frame = pd.DataFrame([(dataset, split, image, lang, k, text, text)
+                          for k, (image, lang, text) in enumerate(rows)], columns=CAPTION_COLUMNS)
+    frame["caption_idx"] = frame["caption_idx"].astype("int64")
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def test_build_vocabulary_hand_counted():
+    texts = ["a red ball", "a blue ball", "ein roter ball", "a ball", "die box", "die die"]
+    vocab = V.build_vocabulary(texts, min_count=2)
+    # counts: ball 4, a 3, die 3 (English "die" and German "die" are one word form), others 1
+    assert vocab.words == ["<pad>", "<unk>", "ball", "a", "die"]
+    assert vocab.counts == {"ball": 4, "a": 3, "die": 3}
+    assert (V.PAD_ID, V.UNK_ID) == (0, 1) and len(vocab) == 5
+    assert vocab.encode("a green ball die") == [3, 1, 2, 4]
+    assert V.build_vocabulary(texts, min_count=4).words == ["<pad>", "<unk>", "ball"]
+    with pytest.raises(ValueError, match="vocab.min_count must be"):
+        V.build_vocabulary(texts, min_count=0)
+
+
+def test_vocab_cli_all_languages_training_only(tmp_path):
+    m30k = _prepared(tmp_path / "m30k.parquet", [
+        ("i1", "en", "a dog runs ."), ("i1", "de", "ein hund läuft ."),
+        ("i2", "en", "a dog sleeps ."), ("i2", "de", "ein hund schläft ."),
+        ("i3", "en", "the hund ."), ("i3", "de", "der hund ."),
+    ])
+    coco = _prepared(tmp_path / "coco.parquet", [("c1", "en", "a dog ."), ("c2", "en", "a cat .")],
+                     dataset="coco")
+    out = tmp_path / "out" / "vocab.json"
+    run_vocab_cli("vocab", str(m30k), str(coco), "--min-count", "3", "--output", str(out))
+    assert json.loads(out.read_text(encoding="utf-8")) == {
+        "min_count": 3, "pad": "<pad>", "unk": "<unk>",
+        "words": ["<pad>", "<unk>", ".", "a", "hund", "dog"],
+        "counts": {".": 8, "a": 4, "hund": 4, "dog": 3},
+    }
+    assert [p.name for p in out.parent.iterdir()] == ["vocab.json"]  # no temp file left
+    loaded = V.Vocabulary.load(out)
+    assert loaded.encode("ein hund ! a dog") == [1, 4, 1, 3, 5] and loaded.min_count == 3
+
+    val = _prepared(tmp_path / "val.parquet", [("v1", "en", "a val caption .")], split="val")
+    with pytest.raises(ValueError, match=r"val\.parquet: the vocabulary is built from training captions only"):
+        run_vocab_cli("vocab", str(m30k), str(val), "--min-count", "1", "--output", str(tmp_path / "v.json"))
+    raw = tmp_path / "raw.parquet"
+    pd.read_parquet(m30k)[RAW_CAPTION_COLUMNS].to_parquet(raw, index=False)
+    with pytest.raises(ValueError, match=r"raw\.parquet: caption table has no prepared 'text' column"):
+        run_vocab_cli("vocab", str(raw), "--min-count", "1", "--output", str(tmp_path / "v.json"))
+    assert not (tmp_path / "v.json").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('{"words": ["<pad>", "<unk>", "a"]}', "not a vocabulary file"),
+    ('{"min_count": 1, "words": ["a", "<pad>", "<unk>"]}', "must start with '<pad>', '<unk>'"),
+    ('{"min_count": 1, "words": ["<pad>", "<unk>", "a", "a"]}', "word 'a' is listed twice"),
+])
+def test_vocabulary_load_rejects_malformed_files(tmp_path, content, message):
+    path = tmp_path / "bad_vocab.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad_vocab\.json: .*" + re.escape(message)):
+        V.Vocabulary.load(path)

@@ -45,8 +45,29 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(words=list(data["words"]), min_count=int(data["min_count"]),
+        """Read a vocabulary JSON written by the ``vocab`` step; a malformed file is an error
+        naming it."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err})") from None
+        if (not isinstance(data, dict) or not isinstance(data.get("words"), list)
+                or not isinstance(data.get("min_count"), int)):
+            raise ValueError(f"{path}: not a vocabulary file (needs a 'words' list and an integer "
+                             "'min_count')")
+        words = data["words"]
+        if words[:2] != [PAD, UNK]:
+            raise ValueError(f"{path}: 'words' must start with {PAD!r}, {UNK!r} "
+                             f"(ids {PAD_ID}, {UNK_ID})")
+        seen: set[str] = set()
+        for word in words:
+            if not isinstance(word, str) or not word:
+                raise ValueError(f"{path}: every word must be a non-empty string, got {word!r}")
+            if word in seen:
+                raise ValueError(f"{path}: word {word!r} is listed twice (one row per word form)")
+            seen.add(word)
+        return cls(words=list(words), min_count=data["min_count"],
                    counts=dict(data.get("counts", {})))
 
 
