@@ -63,3 +63,23 @@ def test_paper_truecase_adds_truecaser_jobs(tmp_path):
     result = run_snakemake(tmp_path, "results/vocab.json", "-n", "--cores", "2", "--configfile", str(path))
     assert result.returncode == 0, result.stderr
     assert job_counts(result.stdout)["train_truecaser"] == 2  # en, de
+
+
+def test_paper_multi30k_from_local_mirror_dry_run(tmp_path, multi30k_root):
+    """`paper_data.multi30k.base` may be a local mirror directory: the download jobs then copy
+    its files, still verified against the recorded SHA-256."""
+    import yaml
+    from pseudopairs.download import multi30k_sha256
+
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config["paper_data"]["multi30k"]["base"] = str(multi30k_root)
+    path = tmp_path / "paper_mirror.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_snakemake(tmp_path, "results/captions/raw/m30k/test.parquet", "-n", "-p",
+                           "--cores", "2", "--configfile", str(path))
+    assert result.returncode == 0, result.stderr
+    assert job_counts(result.stdout)["download_multi30k"] == 11  # 5 x (en, de) + image list
+    source = multi30k_root / "task2" / "raw" / "test_2016.3.de.gz"
+    sha = multi30k_sha256("task2/raw/test_2016.3.de.gz")
+    assert sha and f"--url {source} " in result.stdout and f"--sha256 {sha}" in result.stdout
+    assert "raw.githubusercontent.com" not in result.stdout

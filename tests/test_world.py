@@ -117,6 +117,90 @@ def test_english_object_phrase(kwargs, expected):
     assert english_object_phrase(**kwargs) == expected
 
 
+# Every German noun the world can print, with gender and plural (dative plural) from a dictionary,
+# written out here independently of the lexicon in world_grammar.
+GERMAN_KIND_NOUNS = {
+    "Kiste": ("f", "Kisten", "Kisten"), "Schachtel": ("f", "Schachteln", "Schachteln"),
+    "Ball": ("m", "Bälle", "Bällen"), "Turm": ("m", "Türme", "Türmen"),
+    "Fahne": ("f", "Fahnen", "Fahnen"), "Flagge": ("f", "Flaggen", "Flaggen"),
+    "Drachen": ("m", "Drachen", "Drachen"), "Stern": ("m", "Sterne", "Sternen"),
+    "Zelt": ("n", "Zelte", "Zelten"), "Ei": ("n", "Eier", "Eiern"), "Ring": ("m", "Ringe", "Ringen"),
+    "Fisch": ("m", "Fische", "Fischen"), "Haus": ("n", "Häuser", "Häusern"),
+    "Flasche": ("f", "Flaschen", "Flaschen"),
+}
+# backgrounds and picture nouns are only used in the singular
+GERMAN_SINGULAR_NOUNS = {
+    "Wiese": "f", "Rasen": "m", "Strand": "m", "Sand": "m", "Schnee": "m", "Schneefeld": "n",
+    "Wasser": "n", "See": "m", "Straße": "f", "Teppich": "m", "Backsteinmauer": "f", "Mauer": "f",
+    "Himmel": "m", "Holzboden": "m", "Boden": "m", "Bild": "n", "Foto": "n", "Szene": "f",
+}
+# Every German adjective the world can print: base form -> strong nominative masculine form.
+GERMAN_ADJECTIVES = {
+    "rot": "roter", "blau": "blauer", "grün": "grüner", "gelb": "gelber", "violett": "violetter",
+    "orangefarben": "orangefarbener", "weiß": "weißer", "schwarz": "schwarzer", "grau": "grauer",
+    "braun": "brauner", "groß": "großer", "riesig": "riesiger", "klein": "kleiner",
+    "winzig": "winziger", "gestreift": "gestreifter", "gepunktet": "gepunkteter",
+    "kariert": "karierter",
+}
+
+
+def test_german_lexicon_genders_and_plurals():
+    """Every noun the German grammar uses has the dictionary gender and plural; every adjective
+    is declinable (no lila/rosa) and takes the regular endings."""
+    from pseudopairs import world_grammar as G
+
+    kind_nouns = {de.singular: de for pairs in KIND_NOUNS.values() for _, de in pairs}
+    assert set(kind_nouns) == set(GERMAN_KIND_NOUNS)
+    for word, noun in kind_nouns.items():
+        gender, plural, dative_plural = GERMAN_KIND_NOUNS[word]
+        assert (noun.gender, noun.plural) == (gender, plural), word
+        assert noun.form(plural=True, case="dat") == dative_plural, word
+        assert noun.form(plural=True, case="acc") == plural and noun.form(plural=False, case="dat") == word
+    singular = {ph.de_noun.singular: ph.de_noun for phrases in G.BACKGROUND_PHRASES.values()
+                for ph in phrases}
+    singular.update({noun.singular: noun for noun, _ in G._PICTURE_DE})
+    assert {w: n.gender for w, n in singular.items()} == GERMAN_SINGULAR_NOUNS
+
+    used = {de for _, de in G.COLOURS.values()} | {de for pairs in G.SIZES.values() for _, de in pairs}
+    used |= {pair[1] for pair in G.TEXTURES.values() if pair is not None}
+    assert used == set(GERMAN_ADJECTIVES)
+    for base, strong in GERMAN_ADJECTIVES.items():
+        assert german_noun_phrase(GermanNoun("Ball", "Bälle", "m"), adjectives=[base],
+                                  article="none") == f"{strong} Ball"
+
+
+# The textbook paradigm: determiner + adjective + noun for every article type, gender/number and
+# case the grammar uses.
+PARADIGM = {
+    ("der", "m"): ("der rote Ball", "den roten Ball", "dem roten Ball"),
+    ("der", "f"): ("die rote Kiste", "die rote Kiste", "der roten Kiste"),
+    ("der", "n"): ("das rote Zelt", "das rote Zelt", "dem roten Zelt"),
+    ("der", "pl"): ("die roten Bälle", "die roten Bälle", "den roten Bällen"),
+    ("ein", "m"): ("ein roter Ball", "einen roten Ball", "einem roten Ball"),
+    ("ein", "f"): ("eine rote Kiste", "eine rote Kiste", "einer roten Kiste"),
+    ("ein", "n"): ("ein rotes Zelt", "ein rotes Zelt", "einem roten Zelt"),
+    ("kein", "pl"): ("keine roten Zelte", "keine roten Zelte", "keinen roten Zelten"),
+    ("none", "m"): ("roter Ball", "roten Ball", "rotem Ball"),
+    ("none", "f"): ("rote Kiste", "rote Kiste", "roter Kiste"),
+    ("none", "n"): ("rotes Zelt", "rotes Zelt", "rotem Zelt"),
+    ("none", "pl"): ("rote Eier", "rote Eier", "roten Eiern"),
+    ("number", "pl"): ("zwei rote Kisten", "zwei rote Kisten", "zwei roten Kisten"),
+    ("einige", "pl"): ("einige rote Zelte", "einige rote Zelte", "einigen roten Zelten"),
+    ("mehrere", "pl"): ("mehrere rote Bälle", "mehrere rote Bälle", "mehreren roten Bällen"),
+}
+
+
+@pytest.mark.parametrize("article, gender", sorted(PARADIGM))
+def test_german_paradigm(article, gender):
+    word = PARADIGM[(article, gender)][0].split()[-1]
+    noun = next(de for pairs in KIND_NOUNS.values() for _, de in pairs
+                if word in (de.singular, de.plural))
+    count = 2 if gender == "pl" else 1
+    for case, expected in zip(("nom", "acc", "dat"), PARADIGM[(article, gender)]):
+        assert german_noun_phrase(noun, adjectives=["rot"], count=count, article=article,
+                                  case=case) == expected
+
+
 def test_phrase_errors():
     with pytest.raises(ValueError, match="no plural"):
         german_noun_phrase(GermanNoun("Ball", "Bälle", "m"), count=2, article="ein")
@@ -192,6 +276,32 @@ def test_sampled_specs_are_well_formed():
             tokens = set(re.findall(r"\w+", text))
             for m in spec.mentions:
                 assert tokens & kind_words(scene.groups[m.group].kind, lang), (text, m)
+
+
+def test_captions_vary_in_wording_and_attributes():
+    """Over many scenes every template and wording frame is used, and each attribute (colour,
+    size, texture, exact number, background) is mentioned in some captions and left out in
+    others."""
+    from pseudopairs.world_grammar import TEMPLATES
+
+    rng = np.random.default_rng(3)
+    frames, said, possible = set(), dict.fromkeys(("colour", "size", "texture", "number"), 0), 0
+    backgrounds = 0
+    for i in range(600):
+        scene = world.sample_scene(rng, corpus=("m30k", "coco")[i % 2], image_size=64)
+        spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background)
+        frames.add((spec.template, spec.frame))
+        backgrounds += spec.background is not None
+        for m in spec.mentions:
+            possible += 1
+            said["colour"] += m.colour
+            said["size"] += m.size is not None
+            said["texture"] += m.texture
+            said["number"] += m.quantity == "number"
+    assert frames == {(t, f) for t, n in TEMPLATES.items() for f in range(n)}
+    for attribute, count in said.items():
+        assert 0.05 * possible < count < 0.95 * possible, (attribute, count, possible)
+    assert 0.5 * 600 < backgrounds < 600
 
 
 # ---------------------------------------------------------------------------------- world files
