@@ -106,6 +106,29 @@ def test_shape_dtype_order_and_values_match_reference(tmp_path):
     np.testing.assert_array_equal(half.features, result.features.astype(np.float16))
 
 
+def test_paper_preprocessing_is_torchvisions_imagenet1k_v1_preset(tmp_path):
+    """resize 256 (shorter side) + centre crop 224 + ImageNet mean/std, as the weights' own
+    preset, for a landscape and a portrait image; a wrong resize or crop would not match."""
+    from torchvision.models import ResNet50_Weights
+
+    preset = ResNet50_Weights.IMAGENET1K_V1.transforms()
+    rng = np.random.default_rng(1)
+    for h, w in ((300, 421), (499, 333)):
+        yy, xx = np.mgrid[0:h, 0:w]
+        array = np.stack([yy * 255 / h, xx * 255 / w, (yy + xx) * 127 / (h + w)], axis=-1)
+        array = (array + rng.normal(0, 20, array.shape)).clip(0, 255).astype(np.uint8)
+        path = tmp_path / f"{h}x{w}.jpg"
+        Image.fromarray(array).save(path, quality=90)
+        uint8 = F.load_image(path, resize=256, crop=224)
+        assert uint8.dtype == torch.uint8 and tuple(uint8.shape) == (3, 224, 224)
+        ours = F.normalize_batch(uint8.unsqueeze(0))[0]
+        with Image.open(path) as img:
+            expected = preset(img.convert("RGB"))
+        torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
+        shifted = F.normalize_batch(F.load_image(path, resize=240, crop=224).unsqueeze(0))[0]
+        assert (shifted - expected).abs().mean() > 0.05
+
+
 def test_workers_keep_order_and_values(tmp_path):
     frame = make_images(tmp_path / "img", 7)
     serial = F.extract_features(frame, settings=settings(), progress=False)
@@ -252,6 +275,50 @@ def test_skip_unreadable_lists_images_in_tsv(tmp_path):
     assert all(reason for reason in table["reason"])
 
 
+@pytest.mark.parametrize("fmt", ["npz", "parquet"])
+def test_captions_of_skipped_images_are_dropped_downstream(tmp_path, fmt):
+    """With skip_unreadable, the images in the skipped report lose their captions in training
+    (data.load_caption_set, hence c2i/c2c) and in evaluation (metrics.caption_rows), and every
+    remaining caption points at its own image's feature row."""
+    from pseudopairs.data import c2c_pairs, load_caption_set
+    from pseudopairs.io import read_captions
+    from pseudopairs.metrics import caption_rows
+    from pseudopairs.vocab import build_vocabulary
+
+    frame = make_images(tmp_path / "img", 5)
+    Path(frame.loc[3, "path"]).write_bytes(b"not an image" * 8)
+    images = write_list(frame, tmp_path / "list.parquet")
+    out, tsv = tmp_path / f"f.{fmt}", tmp_path / "f.skipped.tsv"
+    F.run_features(images, out, tsv, settings=settings(skip_unreadable=True, format=fmt), progress=False)
+    skipped = set(pd.read_csv(tsv, sep="\t", dtype=str)["image_id"])
+    assert skipped == {frame.loc[3, "image_id"]}
+    feature_ids, array = load_features(out)
+
+    rows = [("toy", "test", image_id, lang, k, f"{lang} {image_id} {k}", f"{lang} {image_id} {k}")
+            for image_id in frame["image_id"] for lang in ("en", "de") for k in range(2)]
+    captions_path = tmp_path / "captions.parquet"
+    pd.DataFrame(rows, columns=["dataset", "split", "image_id", "lang", "caption_idx", "raw", "text"]
+                 ).to_parquet(captions_path, index=False)
+    vocab = build_vocabulary([r[-1] for r in rows], min_count=1)
+
+    sets = {lang: load_caption_set(name=f"toy.{lang}", captions=captions_path, lang=lang, vocab=vocab,
+                                   features=out) for lang in ("en", "de")}
+    for lang, cs in sets.items():
+        assert len(cs) == 8 and not skipped & set(cs.image_ids.tolist())
+        assert set(cs.image_ids.tolist()) == set(frame["image_id"]) - skipped
+        assert all(text.split()[1] == image_id for text, image_id in zip(cs.texts, cs.image_ids))
+        assert [feature_ids[r] for r in cs.feature_rows] == cs.image_ids.tolist()
+        np.testing.assert_array_equal(cs.features[cs.feature_rows],
+                                      array[[feature_ids.index(i) for i in cs.image_ids]])
+    pairs = c2c_pairs(a_image_ids=sets["en"].image_ids, b_image_ids=sets["de"].image_ids)
+    assert len(pairs) == 4 * 2 * 2
+    assert (sets["en"].image_ids[pairs[:, 0]] == sets["de"].image_ids[pairs[:, 1]]).all()
+
+    texts, index = caption_rows(read_captions(captions_path), feature_ids, lang="en", source="toy")
+    assert len(texts) == 8 and not any(text.split()[1] in skipped for text in texts)
+    assert [feature_ids[i] for i in index] == [text.split()[1] for text in texts]
+
+
 def test_missing_file_is_an_error_even_when_skipping(tmp_path):
     frame = make_images(tmp_path / "img", 3)
     missing = tmp_path / "img" / "gone.png"
@@ -313,6 +380,11 @@ def test_weights_from_a_local_state_dict(tmp_path):
 
 def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+
+    def no_download(url, *args, **kwargs):
+        raise AssertionError(f"a download was attempted: {url}")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", no_download)
     frame = make_images(tmp_path / "img", 2)
     with pytest.raises(FileNotFoundError) as info:
         F.extract_features(frame, settings=settings(weights="imagenet"), progress=False)
@@ -335,6 +407,15 @@ def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
     result = F.extract_features(frame, settings=settings(weights="imagenet"), progress=False)
     np.testing.assert_allclose(result.features, reference_features(frame["path"], model=model),
                                rtol=1e-4, atol=1e-4)
+
+    # It is the very file torchvision's own API (resnet50(weights=ResNet50_Weights.IMAGENET1K_V1)
+    # -> WeightsEnum.get_state_dict -> torch.hub.load_state_dict_from_url) reads from its cache.
+    from torchvision.models import ResNet50_Weights
+
+    official = ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=False, check_hash=True)
+    ours = F.load_weights("imagenet")
+    assert official.keys() == ours.keys() and "fc.weight" in ours
+    assert all(torch.equal(official[k], ours[k]) for k in ours)
 
 
 def test_cli_writes_outputs_and_removes_shards(tmp_path, monkeypatch):
