@@ -165,16 +165,14 @@ def test_killed_run_resumes_to_the_same_result(world, tmp_path, monkeypatch):
     _count_steps(monkeypatch, fail_at=25)
     with pytest.raises(_Killed):
         _run(world, tmp_path / "resumed", max_updates=40)
-    assert (tmp_path / "resumed" / "last.pt").exists()
-    logged = pd.read_csv(tmp_path / "resumed" / "train_log.csv")
+    # Nothing that looks complete is left: the rule's outputs appear only when training ends.
+    assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["last.pt", "train_log.partial.csv"]
+    logged = pd.read_csv(tmp_path / "resumed" / "train_log.partial.csv")
     assert logged["update"].max() == 20
-    # Snakemake removes the declared outputs of a failed job; last.pt (undeclared) survives.
-    (tmp_path / "resumed" / "checkpoint.pt").unlink()
-    (tmp_path / "resumed" / "train_log.csv").unlink()
     calls = _count_steps(monkeypatch)
     _run(world, tmp_path / "resumed", max_updates=40)
     assert calls["n"] == 20                  # updates 21..40 only: it resumed, not restarted
-    assert not (tmp_path / "resumed" / "last.pt").exists()
+    assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["checkpoint.pt", "train_log.csv"]
     assert _same_weights(_weights(tmp_path / "straight"), _weights(tmp_path / "resumed"))
     assert ((tmp_path / "straight" / "train_log.csv").read_text()
             == (tmp_path / "resumed" / "train_log.csv").read_text())
@@ -216,13 +214,38 @@ def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_pa
 
     monkeypatch.setattr(training, "contrastive_loss", poisoned)
     with pytest.raises(RuntimeError, match=r"non-finite training loss \(nan\) at update 13 "
-                                           r"\(task c2[ic], data set m30k\.[^)]+\).*update 10"):
+                                           r"\(task c2[ic], data set m30k\.[^)]+\).*last validation "
+                                           r"\(update 10; best weights so far from update 10.*last\.pt"):
         _run(world, tmp_path)
     state = torch.load(tmp_path / "last.pt", weights_only=True)
     assert state["progress"]["update"] == 10
     assert all(torch.isfinite(v).all() for v in state["model"].values())
-    assert (tmp_path / "checkpoint.pt").exists()
-    assert pd.read_csv(tmp_path / "train_log.csv")["update"].max() == 10
+    # No output that looks complete; the last good state is readable as a model.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "train_log.partial.csv"]
+    assert pd.read_csv(tmp_path / "train_log.partial.csv")["update"].max() == 10
+    model, meta = training.load_model(tmp_path / "last.pt")
+    assert meta["update"] == 10 and meta["best_score"] == state["progress"]["best_score"]
+    assert _same_weights(model.state_dict(), state["progress"]["best_state"])
+
+
+def test_non_finite_weights_stop_at_the_next_validation(world, tmp_path, monkeypatch):
+    real = training.train_step
+    calls = {"n": 0}
+
+    def poison_weights(model, *args, **kwargs):
+        loss = real(model, *args, **kwargs)       # this update's loss is still finite
+        calls["n"] += 1
+        if calls["n"] == 20:
+            with torch.no_grad():
+                model.gru.weight_hh_l0[0, 0] = float("inf")
+        return loss
+
+    monkeypatch.setattr(training, "train_step", poison_weights)
+    with pytest.raises(RuntimeError, match=r"non-finite weights \(gru\.weight_hh_l0\) after update 20"
+                                           r".*last validation \(update 10"):
+        _run(world, tmp_path)
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["update"] == 10
+    assert not (tmp_path / "checkpoint.pt").exists()
 
 
 def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch):
@@ -322,3 +345,108 @@ def test_standardisation_rescues_max_violation_from_a_common_component(tmp_path)
                                  vocab_path=vocab, out_dir=tmp_path / f"run{flag}", seed=1)
         scores[flag] = summary["best_score"]
     assert scores[True] > scores[False] + 50, scores
+
+
+# --------------------------------------------------------------------------------------------
+# A tiny train + evaluate on the demo world (world → text → features → train → metrics.json)
+
+
+def _chance_rsum(*, n_images: int, per_image: int) -> float:
+    """Expected rsum of random embeddings: I→T finds one of ``per_image`` captions among all
+    ``n_images * per_image``; T→I finds one image among ``n_images``."""
+    n_captions = n_images * per_image
+    total = 0.0
+    for k in (1, 5, 10):
+        miss = 1.0
+        for j in range(k):
+            miss *= (n_captions - per_image - j) / (n_captions - j)
+        total += 100 * (1 - miss) + 100 * k / n_images
+    return total
+
+
+@pytest.mark.slow
+def test_tiny_demo_world_train_and_evaluate(tmp_path):
+    from pseudopairs.cli import main
+    from pseudopairs.evaluation import METRIC_KEYS, retrieval_metrics, translation_retrieval
+    from pseudopairs.features import FeatureSettings, run_features
+    from pseudopairs.io import load_features, read_captions, write_parquet_atomic
+    from pseudopairs.metrics import parallel_texts
+    from pseudopairs.text import prepare_captions
+    from pseudopairs.vocab import Vocabulary
+    from pseudopairs.world import build_world
+
+    root = tmp_path
+    n_test = 40
+    build_world({"seed": 7, "image_size": 64,
+                 "images": {"m30k": {"train": 160, "val": 40, "test": n_test}}}, root)
+    paths = {}
+    for corpus, split in [("m30k", "train"), ("m30k", "val"), ("m30k", "test"), ("m30k_task1", "test")]:
+        paths[corpus, split] = root / "captions" / corpus / f"{split}.parquet"
+        raw = read_captions(root / "captions" / "raw" / corpus / f"{split}.parquet")
+        write_parquet_atomic(paths[corpus, split], prepare_captions(raw))
+    settings = FeatureSettings(resize=64, crop=56, workers=0, batch_size=40, threads=1, device="cpu")
+    for split in ("train", "val", "test"):
+        run_features(root / "images" / "m30k" / f"{split}.parquet", root / "features" / f"{split}.npz",
+                     root / "features" / f"{split}.skipped.tsv", settings=settings, progress=False)
+    vocab = build_vocabulary(read_captions(paths["m30k", "train"])["text"], min_count=1)
+    write_json_atomic(root / "vocab.json", vocab.to_json())
+
+    def ref(lang):
+        return {"name": f"m30k.{lang}", "captions": str(paths["m30k", "train"]),
+                "features": str(root / "features" / "train.npz"), "lang": lang}
+
+    spec = {"experiment": "en_de_c2c", "c2i": [ref("en"), ref("de")],
+            "c2c": [{"name": "m30k.en+m30k.de", "a": ref("en"), "b": ref("de")}],
+            "validation": {"captions": str(paths["m30k", "val"]),
+                           "features": str(root / "features" / "val.npz"), "langs": ["en", "de"]}}
+    summary = training.train(spec=spec, vocab_path=root / "vocab.json", out_dir=root / "model", seed=1,
+                             settings={**SETTINGS, "batch_size": 32, "learning_rate": 2e-3,
+                                       "max_violation": False, "validate_every": 50,
+                                       "max_updates": 400, "embedding_dim": 32, "joint_dim": 64,
+                                       "standardize_images": True})
+
+    evaluation = {"captions": str(paths["m30k", "test"]), "features": str(root / "features" / "test.npz"),
+                  "langs": ["en", "de"], "translation_captions": str(paths["m30k_task1", "test"]),
+                  "translation_langs": ["en", "de"]}
+    out = root / "model" / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(root / "model" / "checkpoint.pt"),
+                 "--vocab", str(root / "vocab.json"), "--spec", json.dumps(evaluation),
+                 "--experiment", "en_de_c2c", "--seed", "1", "--device", "cpu",
+                 "--output", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert set(metrics) == {"experiment", "seed", "retrieval", "translation", "sum_sum", "checkpoint"}
+    assert (metrics["experiment"], metrics["seed"]) == ("en_de_c2c", 1)
+    assert metrics["checkpoint"] == {"update": summary["best_update"], "val_score": summary["best_score"]}
+    assert set(metrics["retrieval"]) == {"en", "de"}
+    assert metrics["sum_sum"] == pytest.approx(sum(m["rsum"] for m in metrics["retrieval"].values()))
+
+    # The numbers are those of the model's encoders on the test split and the task1 pairs ...
+    model, _ = training.load_model(root / "model" / "checkpoint.pt")
+    vocab = Vocabulary.load(root / "vocab.json")
+    ids, feats = load_features(root / "features" / "test.npz")
+    images = training.encode_image_features(model, feats)
+    captions = read_captions(paths["m30k", "test"])
+    row = {image: i for i, image in enumerate(ids)}
+    for lang in ("en", "de"):
+        subset = captions[captions["lang"] == lang]
+        expected = retrieval_metrics(
+            image_embeddings=images,
+            caption_embeddings=training.encode_captions_texts(model, vocab, subset["text"].tolist()),
+            caption_image_index=np.array([row[i] for i in subset["image_id"]]))
+        assert set(metrics["retrieval"][lang]) == set(METRIC_KEYS)
+        assert metrics["retrieval"][lang] == pytest.approx(expected)
+    en, de = parallel_texts(read_captions(paths["m30k_task1", "test"]), source_lang="en",
+                            target_lang="de", source="task1")
+    assert len(en) == n_test
+    en_emb = training.encode_captions_texts(model, vocab, en)
+    de_emb = training.encode_captions_texts(model, vocab, de)
+    assert metrics["translation"] == pytest.approx({
+        "en2de": translation_retrieval(source_embeddings=en_emb, target_embeddings=de_emb)["r1"],
+        "de2en": translation_retrieval(source_embeddings=de_emb, target_embeddings=en_emb)["r1"]})
+
+    # ... and far above chance (rsum ≈ 77 per language for 40 images × 5 captions; R@1 2.5 %).
+    chance = _chance_rsum(n_images=n_test, per_image=5)
+    assert chance == pytest.approx(77.3, abs=0.1)
+    for lang in ("en", "de"):
+        assert metrics["retrieval"][lang]["rsum"] > 2 * chance, metrics["retrieval"]
+    assert min(metrics["translation"].values()) > 10 * 100 / n_test, metrics["translation"]

@@ -8,17 +8,22 @@ the sum over ``validation.langs`` of R@1+R@5+R@10 in both directions. Training s
 ``patience`` validations without improvement or at ``max_updates``; the best model is kept.
 
 Files in ``out_dir``:
-- ``checkpoint.pt`` — best weights + model dimensions + spec + settings + best score (written at
-  each improvement, atomically); read it back with :func:`load_model`;
+- ``checkpoint.pt`` — best weights + model dimensions + spec + settings + best score and its
+  validation metrics; read it back with :func:`load_model`;
 - ``train_log.csv`` — ``update, task, dataset, loss, val_score`` (one row per update;
-  ``val_score`` filled at validation updates), rewritten atomically at every validation;
+  ``val_score`` filled at validation updates).
+These two (the rule's outputs) are written atomically once training has FINISHED, checkpoint
+first, so a killed job never leaves files that look complete. While it runs:
 - ``last.pt`` — the full training state at the last validation (model, optimizer, stream and
-  sampler states, RNG states, counters, log rows). A killed run started again with the same
-  arguments resumes from it and ends with the same weights and log as an uninterrupted run (on
-  the CPU). It is removed once the run has finished and the two files above exist.
+  sampler states, RNG states, counters, log rows, best weights so far). A killed run started again
+  with the same arguments resumes from it and ends with the same weights and log as an
+  uninterrupted run (on the CPU). :func:`load_model` also reads the best weights out of it.
+- ``train_log.partial.csv`` — the log so far, rewritten at every validation (for watching a run).
+Both are removed once the run has finished and the two final files exist.
 
 A non-finite loss stops training with a RuntimeError naming the update, task and data set; the
-files of the last validation are left as they were.
+``last.pt`` of the last validation (the last good state, with the best weights so far) and the
+partial log are kept as they were.
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 TRAIN_LOG = "train_log.csv"
 LAST = "last.pt"
+PARTIAL_LOG = "train_log.partial.csv"
 LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
 CHECKPOINT_FORMAT = "pseudopairs.ranking-model/1"
-STATE_FORMAT = "pseudopairs.train-state/1"
+STATE_FORMAT = "pseudopairs.train-state/2"
 # Losses stay on the device and are read back (one synchronisation) every this many updates and
 # at every validation; a non-finite one is reported with its own update number.
 LOSS_READBACK_EVERY = 50
@@ -354,12 +360,22 @@ def _cpu_state(model: torch.nn.Module) -> dict:
 
 def load_model(checkpoint_path, device: str | torch.device = "cpu") -> tuple[RankingModel, dict]:
     """Read a ``checkpoint.pt`` written by :func:`train`: returns the model (eval mode, on
-    ``device``) and the metadata (dims, spec, settings, seed, best score, update, metrics)."""
+    ``device``) and the metadata (dims, spec, settings, seed, best score, update, metrics).
+    The ``last.pt`` of an unfinished or failed run is read too: its best weights so far."""
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such checkpoint")
     data = torch.load(path, map_location=device, weights_only=True)
-    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+    if isinstance(data, dict) and data.get("format") == STATE_FORMAT:
+        progress = data["progress"]
+        if progress.get("best_state") is None:
+            raise ValueError(f"{path}: training state from before the first validation holds no "
+                             "best weights yet")
+        data = {**data["model_config"], "model_state": progress["best_state"],
+                "best_score": progress["best_score"], "val_score": progress["best_score"],
+                "update": progress["best_update"], "val_metrics": progress["best_metrics"],
+                "spec": data["run_key"]["spec"], "seed": data["run_key"]["seed"]}
+    elif not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a pseudopairs model checkpoint")
     model = RankingModel(data["vocab_size"], embedding_dim=data["embedding_dim"],
                          joint_dim=data["joint_dim"], image_dim=data["image_dim"])
@@ -497,6 +513,7 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
                "inputs": _input_stamps(spec, vocab_path)}
     progress = _Progress()
     last_path, ckpt_path, log_path = out_dir / LAST, out_dir / CHECKPOINT, out_dir / TRAIN_LOG
+    partial_log_path = out_dir / PARTIAL_LOG
     if last_path.exists():
         state = torch.load(last_path, map_location="cpu", weights_only=True)
         if state.get("format") == STATE_FORMAT and state.get("run_key") == run_key:
@@ -509,9 +526,9 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
         else:
             log.warning("%s was written for other inputs or settings; starting afresh", last_path)
             last_path.unlink()
-    if not last_path.exists():
-        for stale in (ckpt_path, log_path):
-            stale.unlink(missing_ok=True)
+    # The final files are written when training finishes; any present now are from another run.
+    for stale in (ckpt_path, log_path) + (() if last_path.exists() else (partial_log_path,)):
+        stale.unlink(missing_ok=True)
 
     def checkpoint_best() -> None:
         _save_atomic(ckpt_path, {
@@ -522,22 +539,30 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
 
     def checkpoint_state() -> None:
         _save_atomic(last_path, {
-            "format": STATE_FORMAT, "run_key": run_key, "model": _cpu_state(model),
+            "format": STATE_FORMAT, "run_key": run_key, "model_config": model.config(),
+            "model": _cpu_state(model),
             "trainer": trainer.state_dict(), "rng": _rng_states(),
             "progress": progress.__dict__})
 
     pending: list[tuple[int, str, str, torch.Tensor]] = []
 
+    def stop_non_finite(what: str) -> None:
+        kept = (f"the state of the last validation (update {progress.validations[-1]['update']}; "
+                f"best weights so far from update {progress.best_update}, score "
+                f"{progress.best_score:.2f}) is kept in {last_path} "
+                "(pseudopairs.training.load_model reads it); rerunning with the same settings "
+                "resumes from it and meets the same failure, so change them (e.g. a lower "
+                "learning_rate) to start afresh"
+                if progress.validations else
+                "no validation had been reached, so no checkpoint was written")
+        raise RuntimeError(f"{spec['experiment']} seed {seed}: {what}; training stopped; {kept}")
+
     def read_losses() -> None:
         values = torch.stack([p[3] for p in pending]).float().cpu().tolist()
         for (update, task, name, _), value in zip(pending, values):
             if not math.isfinite(value):
-                kept = (f"the files of the last validation (update "
-                        f"{progress.validations[-1]['update']}: {last_path}, {ckpt_path}) are kept"
-                        if progress.validations else "no checkpoint had been written yet")
-                raise RuntimeError(f"{spec['experiment']} seed {seed}: non-finite training loss "
-                                   f"({value}) at update {update} (task {task}, data set {name}); "
-                                   f"training stopped; {kept}")
+                stop_non_finite(f"non-finite training loss ({value}) at update {update} "
+                                f"(task {task}, data set {name})")
             progress.rows.append([update, task, name, value, None])
         pending.clear()
 
@@ -554,6 +579,9 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
             read_losses()
         if not at_validation:
             continue
+        bad = [k for k, v in model.named_parameters() if not bool(torch.isfinite(v).all())]
+        if bad:
+            stop_non_finite(f"non-finite weights ({', '.join(bad)}) after update {progress.update}")
         score, metrics = validate(model, val_sets)
         progress.rows[-1][4] = float(score)
         progress.validations.append({"update": progress.update, "score": float(score),
@@ -573,18 +601,15 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
                  spec["experiment"], progress.update, score, progress.best_score,
                  progress.best_update, f"; stopping: {progress.stop_reason}" if progress.finished else "")
         bar.set_postfix(best=f"{progress.best_score:.1f}", refresh=False)
-        if improved:
-            checkpoint_best()
-        _write_log(log_path, progress.rows)
+        _write_log(partial_log_path, progress.rows)
         checkpoint_state()
     bar.close()
 
-    # Finished: the best weights and the log exist (written at the last validation); the
-    # resumable state is no longer needed.
-    if not ckpt_path.exists():
-        checkpoint_best()
+    # Finished: write the outputs (checkpoint first, the log last), then drop the resumable state.
+    checkpoint_best()
     _write_log(log_path, progress.rows)
     last_path.unlink(missing_ok=True)
+    partial_log_path.unlink(missing_ok=True)
     return {"experiment": spec["experiment"], "seed": seed, "best_score": progress.best_score,
             "val_score": progress.best_score,
             "best_update": progress.best_update, "updates": progress.update,
