@@ -357,3 +357,46 @@ def test_cli_score_translation(tmp_path):
     assert run_cli(["score-translation", "--source", str(tmp_path / "en.npy"), "--target", str(tmp_path / "de.npy"),
                     "--output", str(out), "--device", "cpu"]) == 0
     assert json.loads(out.read_text()) == {"r1": pytest.approx(200 / 3)}
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics.json inputs (pseudopairs.metrics): caption rows and translation pairs
+# ---------------------------------------------------------------------------------------------
+
+
+def _caption_frame(rows):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["image_id", "lang", "caption_idx", "text"])
+
+
+def test_parallel_texts_pair_by_image_and_caption_index_in_any_order():
+    from pseudopairs.metrics import parallel_texts
+
+    frame = _caption_frame([
+        ("b", "de", 0, "ein hund"), ("a", "en", 0, "a cat"), ("b", "en", 0, "a dog"),
+        ("a", "de", 1, "eine maus"), ("a", "de", 0, "eine katze"), ("a", "en", 1, "a mouse"),
+    ])
+    en, de = parallel_texts(frame, source_lang="en", target_lang="de", source="t1.parquet")
+    # Row i of one side translates row i of the other (the order itself does not matter).
+    assert sorted(zip(en, de)) == [("a cat", "eine katze"), ("a dog", "ein hund"), ("a mouse", "eine maus")]
+    de2, en2 = parallel_texts(frame, source_lang="de", target_lang="en", source="t1.parquet")
+    assert sorted(zip(en2, de2)) == sorted(zip(en, de))
+    unpaired = frame[~((frame["image_id"] == "b") & (frame["lang"] == "de"))]
+    with pytest.raises(ValueError, match=r"t1\.parquet: 3 en and 2 de captions do not pair up"):
+        parallel_texts(unpaired, source_lang="en", target_lang="de", source="t1.parquet")
+
+
+def test_caption_rows_map_captions_to_feature_rows_and_drop_missing_images(caplog):
+    import logging
+
+    from pseudopairs.metrics import caption_rows
+
+    frame = _caption_frame([("x", "en", 0, "one"), ("y", "de", 0, "zwei"), ("z", "en", 0, "three"),
+                            ("y", "en", 1, "two")])
+    with caplog.at_level(logging.WARNING):
+        texts, rows = caption_rows(frame, ["y", "x"], lang="en", source="test.parquet")
+    assert texts == ["one", "two"] and rows.tolist() == [1, 0]
+    assert "test.parquet: 1 en captions have no image features; dropped" in caplog.text
+    with pytest.raises(ValueError, match=r"test\.parquet: no captions in language 'fr'"):
+        caption_rows(frame, ["x"], lang="fr", source="test.parquet")

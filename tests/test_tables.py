@@ -68,3 +68,21 @@ def test_missing_metrics_file_is_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="results/models/a/seed1/metrics.json"):
         tables.build_table(SPEC, [1])
+
+
+def test_translation_columns_follow_the_paper_order_and_every_row_has_them():
+    spec = {"title": "T7", "kind": "translation",
+            "rows": [{"label": "A", "experiment": "a", "paper": {"en2de": 90.6, "de2en": 91.2}},
+                     {"label": "ref", "paper": {"en2de": 82.6, "de2en": 79.1}}]}
+    # metrics.json is written with sorted keys: de2en comes first there.
+    runs = [{"translation": {"de2en": 70.0, "en2de": 60.0}}, {"translation": {"de2en": 72.0, "en2de": 64.0}}]
+    frame = tables.translation_table(spec, {"a": runs})
+    assert list(frame.columns) == ["row", "experiment", "n", "en2de_r1_mean", "en2de_r1_std",
+                                   "de2en_r1_mean", "de2en_r1_std", "paper_en2de", "paper_de2en"]
+    assert frame.loc[0, "de2en_r1_mean"] == 71.0 and frame.loc[0, "en2de_r1_std"] == pytest.approx(math.sqrt(8))
+    assert math.isnan(frame.loc[1, "en2de_r1_mean"]) and frame.loc[1, "paper_de2en"] == 79.1
+    text = tables.markdown_table("table7", spec, frame)
+    assert "|  | EN→DE R@1 | DE→EN R@1 | n |" in text
+    assert "| A | 62.0 ± 2.8 [90.6] | 71.0 ± 1.4 [91.2] | 2 |" in text
+    with pytest.raises(ValueError, match="some seeds of experiment 'a' lack translation direction 'de2en'"):
+        tables.translation_table(spec, {"a": [runs[0], {"translation": {"en2de": 1.0}}]})

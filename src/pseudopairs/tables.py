@@ -57,16 +57,28 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
+def translation_directions(spec: dict, metrics: dict[str, list[dict]]) -> list[str]:
+    """The table's directions (``en2de``, ...): in the order the rows' ``paper`` entries name them,
+    then any other direction a run reports; every row gets the same columns."""
+    named = [d for row in spec["rows"] for d in row.get("paper", {})]
+    measured = [d for runs in metrics.values() for run in runs for d in run["translation"]]
+    return list(dict.fromkeys(named + measured))
+
+
 def translation_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
+    directions = translation_directions(spec, metrics)
     records = []
     for row in spec["rows"]:
         runs = metrics.get(row.get("experiment"), [])
         record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs)}
-        directions = sorted({d for run in runs for d in run["translation"]}) or ["en2de", "de2en"]
         for direction in directions:
-            _put(record, f"{direction}_r1", [run["translation"][direction] for run in runs])
-        for direction, value in row.get("paper", {}).items():
-            record[f"paper_{direction}"] = value
+            values = [run["translation"][direction] for run in runs if direction in run["translation"]]
+            if values and len(values) != len(runs):
+                raise ValueError(f"table row {row['label']!r}: some seeds of experiment "
+                                 f"{row.get('experiment')!r} lack translation direction {direction!r}")
+            _put(record, f"{direction}_r1", values)
+        for direction in directions:
+            record[f"paper_{direction}"] = row.get("paper", {}).get(direction, math.nan)
         records.append(record)
     return pd.DataFrame.from_records(records)
 
