@@ -387,16 +387,21 @@ def test_parallel_texts_pair_by_image_and_caption_index_in_any_order():
         parallel_texts(unpaired, source_lang="en", target_lang="de", source="t1.parquet")
 
 
-def test_caption_rows_map_captions_to_feature_rows_and_drop_missing_images(caplog):
+def test_caption_rows_map_captions_to_feature_rows_and_drop_missing_images(caplog, tmp_path):
     import logging
 
     from pseudopairs.metrics import caption_rows
 
+    features = tmp_path / "test.npz"  # only its skipped report is read here
+    (tmp_path / "test.skipped.tsv").write_text("image_id\tpath\treason\nz\tz.png\tbroken\n")
     frame = _caption_frame([("x", "en", 0, "one"), ("y", "de", 0, "zwei"), ("z", "en", 0, "three"),
                             ("y", "en", 1, "two")])
     with caplog.at_level(logging.WARNING):
-        texts, rows = caption_rows(frame, ["y", "x"], lang="en", source="test.parquet")
+        texts, rows = caption_rows(frame, ["y", "x"], lang="en", source="test.parquet",
+                                   features=features)
     assert texts == ["one", "two"] and rows.tolist() == [1, 0]
     assert "test.parquet: 1 en captions have no image features; dropped" in caplog.text
+    with pytest.raises(ValueError, match=r"test\.parquet: 1 image\(s\) .* nor listed as skipped .*: 'y'"):
+        caption_rows(frame, ["x"], lang="en", source="test.parquet", features=features)
     with pytest.raises(ValueError, match=r"test\.parquet: no captions in language 'fr'"):
-        caption_rows(frame, ["x"], lang="fr", source="test.parquet")
+        caption_rows(frame, ["x"], lang="fr", source="test.parquet", features=features)

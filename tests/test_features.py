@@ -314,9 +314,20 @@ def test_captions_of_skipped_images_are_dropped_downstream(tmp_path, fmt):
     assert len(pairs) == 4 * 2 * 2
     assert (sets["en"].image_ids[pairs[:, 0]] == sets["de"].image_ids[pairs[:, 1]]).all()
 
-    texts, index = caption_rows(read_captions(captions_path), feature_ids, lang="en", source="toy")
+    texts, index = caption_rows(read_captions(captions_path), feature_ids, lang="en", source="toy",
+                                features=out)
     assert len(texts) == 8 and not any(text.split()[1] in skipped for text in texts)
     assert [feature_ids[i] for i in index] == [text.split()[1] for text in texts]
+
+    # An image missing from the features but NOT listed as skipped means the features file does
+    # not belong to these captions: both loaders refuse, naming the files and the image.
+    tsv.write_text("image_id\tpath\treason\n")
+    wrong = rf"captions\.parquet: 1 image\(s\) of these captions are neither in .*f\.{fmt} nor listed as skipped in .*f\.skipped\.tsv: '{frame.loc[3, 'image_id']}'"
+    with pytest.raises(ValueError, match=wrong):
+        load_caption_set(name="toy.en", captions=captions_path, lang="en", vocab=vocab, features=out)
+    with pytest.raises(ValueError, match=wrong):
+        caption_rows(read_captions(captions_path), feature_ids, lang="en", source=str(captions_path),
+                     features=out)
 
 
 def test_missing_file_is_an_error_even_when_skipping(tmp_path):

@@ -3,7 +3,8 @@
 
 - A *caption set* is one language of a prepared caption table, tokenised with the shared
   vocabulary, each caption tied to its image's row in a features file. Captions whose image is
-  not in the features file (an image skipped as unreadable) are dropped, and the drop is logged.
+  not in the features file (an image skipped as unreadable, listed in the skipped report beside
+  the features) are dropped, and the drop is logged; an unlisted missing image is an error.
 - A *c2i* data set walks the captions of one caption set (item = caption + its image).
 - A *c2c* data set walks all cross-language caption pairs of the same image of two caption sets
   (5 En × 5 De captions of an image → 25 pairs).
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pseudopairs.io import load_features, read_captions
+from pseudopairs.io import check_missing_images, load_features, read_captions
 from pseudopairs.vocab import PAD_ID, Vocabulary
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,8 @@ def load_caption_set(*, name: str, captions, lang: str, vocab: Vocabulary, featu
                      feature_cache: dict | None = None) -> CaptionSet:
     """Read one language of a prepared caption table (and the features file of its images).
 
-    Captions whose ``image_id`` is not in the features file are dropped (logged with their count).
+    Captions whose ``image_id`` is not in the features file are dropped (logged with their count)
+    when the feature step listed the image as skipped; any other missing image is an error.
     ``feature_cache`` (path → (ids, array)) lets several caption sets share one loaded file.
     """
     frame = read_captions(captions)
@@ -165,9 +167,10 @@ def load_caption_set(*, name: str, captions, lang: str, vocab: Vocabulary, featu
         keep = rows >= 0
         dropped = int((~keep).sum())
         if dropped:
-            missing = len(set(image_ids[~keep].tolist()))
-            log.warning("%s: dropped %d of %d %s captions of %d images missing from %s",
-                        name, dropped, len(rows), lang, missing, features)
+            missing = set(image_ids[~keep].tolist())
+            check_missing_images(features, missing, captions=captions)
+            log.warning("%s: dropped %d of %d %s captions of %d images skipped by the feature step",
+                        name, dropped, len(rows), lang, len(missing))
             frame = frame[keep].reset_index(drop=True)
             image_ids = image_ids[keep]
             rows = rows[keep]

@@ -100,6 +100,30 @@ def save_features(path: str | os.PathLike, *, image_ids: list[str], features) ->
         raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")
 
 
+def skipped_report(features_path: str | os.PathLike) -> Path:
+    """The report of images the feature step skipped, written beside ``features_path``
+    (``split.npz`` -> ``split.skipped.tsv``; columns image_id, path, reason)."""
+    return Path(features_path).with_suffix(".skipped.tsv")
+
+
+def check_missing_images(features_path: str | os.PathLike, missing_ids, *, captions) -> None:
+    """Captions of images absent from a features file may be dropped only when the feature step
+    skipped those images (listed in :func:`skipped_report`); any other missing image means the
+    features do not belong to the captions, which is an error naming both files."""
+    missing = sorted({str(x) for x in missing_ids})
+    if not missing:
+        return
+    report = skipped_report(features_path)
+    listed: set[str] = set()
+    if report.exists():
+        listed = set(pd.read_csv(report, sep="\t", dtype=str, usecols=["image_id"])["image_id"])
+    unlisted = [x for x in missing if x not in listed]
+    if unlisted:
+        shown = ", ".join(repr(x) for x in unlisted[:5]) + (" …" if len(unlisted) > 5 else "")
+        raise ValueError(f"{captions}: {len(unlisted)} image(s) of these captions are neither in "
+                         f"{features_path} nor listed as skipped in {report}: {shown}")
+
+
 def load_features(path: str | os.PathLike):
     """Read features written by :func:`save_features`: returns ``(image_ids, array)``, rows aligned."""
     import numpy as np

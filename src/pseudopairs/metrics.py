@@ -10,20 +10,22 @@ import logging
 
 import numpy as np
 
-from pseudopairs.io import load_features, read_captions, write_json_atomic
+from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 
-def caption_rows(captions, image_ids: list[str], *, lang: str, source: str):
-    """Texts of one language and, for each, the row of its image in ``image_ids``. Captions of
-    images without features (skipped as unreadable) are dropped, as in training."""
+def caption_rows(captions, image_ids: list[str], *, lang: str, source: str, features):
+    """Texts of one language and, for each, the row of its image in ``image_ids`` (read from
+    ``features``). Captions of images the feature step skipped are dropped, as in training; any
+    other image without features is an error."""
     row_of = {image_id: i for i, image_id in enumerate(image_ids)}
     subset = captions[captions["lang"] == lang]
     if subset.empty:
         raise ValueError(f"{source}: no captions in language {lang!r}")
     known = subset["image_id"].isin(row_of)
     if not known.all():
+        check_missing_images(features, subset.loc[~known, "image_id"], captions=source)
         log.warning("%s: %d %s captions have no image features; dropped", source, int((~known).sum()), lang)
         subset = subset[known]
     return subset["text"].tolist(), np.array([row_of[i] for i in subset["image_id"]], dtype=np.int64)
@@ -52,7 +54,8 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     captions = read_captions(spec["captions"])
     retrieval = {}
     for lang in spec["langs"]:
-        texts, index = caption_rows(captions, image_ids, lang=lang, source=spec["captions"])
+        texts, index = caption_rows(captions, image_ids, lang=lang, source=spec["captions"],
+                                    features=spec["features"])
         caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
         retrieval[lang] = retrieval_metrics(image_embeddings=image_embeddings,
                                             caption_embeddings=caption_embeddings,
