@@ -166,6 +166,7 @@ def _write_tiny_corpus(tmp_path):
     # Image i1 has no features (skipped as unreadable).
     save_features(tmp_path / "feats.npz", image_ids=["i2", "i0"],
                   features=np.arange(8, dtype=np.float16).reshape(2, 4))
+    (tmp_path / "feats.skipped.tsv").write_text("image_id\tpath\treason\ni1\ti1.png\tcannot decode\n")
     return build_vocabulary(frame["text"], min_count=1)
 
 
@@ -174,7 +175,7 @@ def test_caption_set_drops_captions_without_features(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         cs = load_caption_set(name="m.en", captions=tmp_path / "captions.parquet", lang="en",
                               vocab=vocab, features=tmp_path / "feats.npz")
-    assert "dropped 2 of 6 en captions of 1 images" in caplog.text
+    assert "dropped 2 of 6 en captions of 1 images skipped by the feature step" in caplog.text
     assert cs.image_ids.tolist() == ["i0", "i0", "i2", "i2"]
     assert cs.feature_rows.tolist() == [1, 1, 0, 0]
     assert cs.tokens.sequence(0) == vocab.encode("a red ball")
