@@ -56,3 +56,16 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     assert result.returncode != 0
     assert "config key 'training.patience': 'ten' is not of type 'integer'" in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_conda_environment_pins_the_same_versions_as_pyproject():
+    """envs/pseudopairs.yaml installs the workflow for conda users: its pins must not drift
+    from pyproject.toml's (the venv route), and it installs this package itself."""
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pinned = set(pyproject["project"]["dependencies"])
+    env = yaml.safe_load((REPO / "envs" / "pseudopairs.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "-e ../" in pip
+    assert set(pip) - {"-e ../"} == pinned
