@@ -37,10 +37,11 @@ from pseudopairs.io import CAPTION_COLUMNS, RAW_CAPTION_COLUMNS
 DATA = Path(__file__).parent / "data" / "text"
 
 
-def run_cli(*argv: str):
+def run_cli(*argv: str, module=T):
+    """Run one ``pseudopairs`` sub-command of ``module`` (text by default) in-process."""
     parser = argparse.ArgumentParser(prog="pseudopairs")
     sub = parser.add_subparsers(dest="command", required=True)
-    T.register_cli(sub)
+    module.register_cli(sub)
     args = parser.parse_args(list(argv))
     return args.func(args)
 
@@ -548,11 +549,7 @@ def test_prepare_captions_rejects_non_caption_table(tmp_path):
 
 
 def run_vocab_cli(*argv: str):
-    parser = argparse.ArgumentParser(prog="pseudopairs")
-    sub = parser.add_subparsers(dest="command", required=True)
-    V.register_cli(sub)
-    args = parser.parse_args(list(argv))
-    return args.func(args)
+    return run_cli(*argv, module=V)
 
 
 def _prepared(path: Path, rows, *, dataset="m30k", split="train") -> Path:
