@@ -19,9 +19,10 @@ wildcard_constraints:
     table="table[0-9]+",
 
 
-def as_json(value):
-    """A config section as a compact JSON string (a rule param, so a change reruns the rule)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def as_json(value, *, sort_keys=True):
+    """A config section as a compact JSON string (a rule param, so a change reruns the rule).
+    ``sort_keys=False`` keeps the YAML order where it carries meaning."""
+    return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"))
 
 
 def all_tables():
