@@ -24,6 +24,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/text.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/pseudopairs.smk"
 include: "workflow/rules/tables.smk"
 
 
@@ -31,4 +32,5 @@ rule all:
     input:
         all_tables(),
         layout.tables_markdown(),
+        pseudopair_outputs(),
     default_target: True

@@ -37,6 +37,29 @@ def test_shipped_configs_are_valid(name):
         (lambda c: (c["experiments"]["en"].update(finetune="de"), c["experiments"]["de"].update(finetune="en")), "cycle en -> de -> en"),
         (lambda c: c["tables"]["table1"]["rows"][0].update(experiment="missing"), "config key 'tables.table1.rows.0.experiment': unknown experiment 'missing'"),
         (lambda c: c.update(seeds=[1, 1]), "config key 'seeds'"),
+        (lambda c: c["datasets"]["coco.de-pseudo@de_coco"].update(pseudopairs="nope"),
+         "config key 'datasets.coco.de-pseudo@de_coco.pseudopairs': unknown pseudopair set 'nope'"),
+        (lambda c: c["datasets"]["coco.de-pseudo@de_coco"].update(lang="en"),
+         "pseudopair set 'de_coco' gives 'de' captions of 'coco' images, but the data set says corpus 'coco', lang 'en'"),
+        (lambda c: c["datasets"]["m30k.de"].update(min_percentile=25),
+         "config key 'datasets.m30k.de.min_percentile': only pseudopair data sets are filtered"),
+        (lambda c: c["datasets"]["coco.de-pseudo@de_coco"].update(min_percentile=150),
+         "config key 'datasets.coco.de-pseudo@de_coco.min_percentile': 150 is greater than the maximum of 100"),
+        (lambda c: c["datasets"]["coco.de-mt"].update(translation="coco.de-pseudo@de_coco"),
+         "translate the captions of a corpus, not of the synthetic data set 'coco.de-pseudo@de_coco'"),
+        (lambda c: c["pseudopairs"]["de_coco"].update(source="nope"),
+         "config key 'pseudopairs.de_coco.source': unknown experiment 'nope'"),
+        (lambda c: c["pseudopairs"]["de_coco"].update(database="coco.en"),
+         "config key 'pseudopairs.de_coco': queries and database are in the same language"),
+        (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(beta=3),
+         "config key 'pseudopairs.de_coco.csls.mining.beta': not a parameter of criterion 'csls'"),
+        (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(criterion="hubless"),
+         "config key 'pseudopairs.de_coco.csls.mining.criterion'"),
+        (lambda c: c["pseudopair_stats"]["compare"][0].update(b="nope"),
+         "config key 'pseudopair_stats.compare.0.b': unknown pseudopair set 'nope'"),
+        # de_coco trained on pseudopairs mined by its own model
+        (lambda c: c["experiments"]["de_coco"].update(c2i=["m30k.de", "coco.de-pseudo@de_coco"]),
+         "dependency cycle de_coco -> de_coco"),
     ],
 )
 def test_bad_config_names_the_key(mutate, message):
@@ -52,7 +75,7 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     config["training"]["patience"] = "ten"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(config))
-    result = run_snakemake(tmp_path, "-n", "--cores", "1", "results/vocab.json", "--configfile", str(bad))
+    result = run_snakemake(tmp_path, "-n", "--cores", "1", "results/captions/m30k/train.parquet", "--configfile", str(bad))
     assert result.returncode != 0
     assert "config key 'training.patience': 'ten' is not of type 'integer'" in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from conftest import REPO
 from pseudopairs import experiments as ex
 from pseudopairs.config import check_config, load_config
@@ -24,6 +26,7 @@ def test_training_spec_of_aligned_c2c_experiment():
     assert spec["validation"] == {"captions": "results/captions/m30k/val.parquet",
                                   "features": "results/features/m30k/val.npz", "langs": ["en", "de"]}
     assert spec["init_from"] is None
+    assert spec["vocab"] == {"min_count": 4}
 
 
 def test_languages_come_from_dataset_declarations_not_names():
@@ -40,13 +43,15 @@ def test_finetune_starts_from_the_same_seed_of_the_source():
     config["experiments"]["ft"] = {"c2i": ["m30k.de", "coco.en"], "finetune": "de_coco"}
     spec = ex.training_spec(config, "ft", 3)
     assert spec["init_from"] == "results/models/de_coco/seed3/checkpoint.pt"
-    assert "results/models/de_coco/seed3/checkpoint.pt" in ex.training_inputs(config, "ft", 3)
+    assert spec["vocab"] == {"path": "results/models/de_coco/seed3/vocab.json"}  # the source's
+    assert {"results/models/de_coco/seed3/checkpoint.pt",
+            "results/models/de_coco/seed3/vocab.json"} <= set(ex.training_inputs(config, "ft", 3))
 
 
 def test_training_inputs_and_table_inputs():
     config = demo()
     inputs = ex.training_inputs(config, "de_coco", 1)
-    assert inputs == sorted({"results/vocab.json", "results/captions/m30k/train.parquet",
+    assert inputs == sorted({"results/captions/m30k/train.parquet",
                              "results/features/m30k/train.npz", "results/captions/coco/train.parquet",
                              "results/features/coco/train.npz", "results/captions/m30k/val.parquet",
                              "results/features/m30k/val.npz"})
@@ -57,3 +62,51 @@ def test_training_inputs_and_table_inputs():
     assert all("DPCCA" not in p for p in ex.table_inputs(config, "table7"))
     assert ex.corpora_with_images(config) == ["coco", "m30k"]
     assert ex.text_corpora(config) == ["coco", "m30k", "m30k_task1"]
+
+
+def test_pseudopair_data_set_of_seed_s_uses_the_pairs_mined_by_seed_s_of_its_source():
+    config = demo()
+    spec = ex.training_spec(config, "en_de_coco_c2c_pseudo25_ft", 2)
+    pseudo = spec["c2i"][3]
+    assert pseudo == {"name": "coco.de-pseudo25@en_de_coco_c2c", "lang": "de",
+                      "captions": "results/pseudopairs/en_de_coco_c2c/seed2/captions.p25.parquet",
+                      "features": "results/features/coco/train.npz"}   # the COCO images
+    # c2c over COCO English <-> its pseudo-German captions (paper §5), next to the M30K c2c
+    assert [c["name"] for c in spec["c2c"]] == ["m30k.en+m30k.de", "coco.en+coco.de-pseudo25@en_de_coco_c2c"]
+    assert spec["init_from"] == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
+    mining = ex.mining_spec(config, "en_de_coco_c2c", 2)
+    assert mining["checkpoint"] == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
+    assert mining["vocab"] == "results/models/en_de_coco_c2c/seed2/vocab.json"
+    assert (mining["queries"]["captions"], mining["queries"]["lang"]) == ("results/captions/coco/train.parquet", "en")
+    assert (mining["database"]["captions"], mining["database"]["lang"]) == ("results/captions/m30k/train.parquet", "de")
+    assert mining["settings"]["criterion"] == "cosine"
+    csls = ex.mining_spec(config, "de_coco.csls", 1)["settings"]
+    assert (csls["criterion"], csls["k"], csls["device"]) == ("csls", 10, "auto")
+    # a retrained pseudopair experiment builds its vocabulary from its own data, pseudopairs included
+    assert ex.training_spec(config, "de_coco_pseudo", 1)["vocab"] == {"min_count": 4}
+
+
+def test_synthetic_data_sets_exist_for_training_only_and_need_a_seed():
+    config = demo()
+    with pytest.raises(ValueError, match="training split only"):
+        ex.dataset_files(config, "coco.de-mt", "val")
+    with pytest.raises(ValueError, match="depend on the seed"):
+        ex.dataset_files(config, "coco.de-pseudo@de_coco")
+    assert ex.translation_source(config, "coco.de-mt")["captions"] == "results/captions/coco/train.parquet"
+    assert ex.dataset_files(config, "coco.de-mt")["captions"] == "results/translations/coco.de-mt/train.parquet"
+    assert ex.translation_datasets(config) == ["coco.de-mt"]
+
+
+def test_statistics_and_figure_specs():
+    config = demo()
+    stats = ex.pseudopair_stats_spec(config)
+    assert stats["top"] == 150 and stats["seeds"] == [1, 2]
+    assert stats["sets"]["de_coco"] == {"source": "de_coco", "criterion": "cosine",
+                                        "paper": {"used_share": 0.37, "top_share": 0.23,
+                                                  "jaccard_seeds": 0.51, "agreement_seeds": 0.33}}
+    assert stats["sets"]["en_de_coco_c2c.mutual"]["criterion"] == "mutual"
+    assert len(ex.pseudopair_stats_inputs(config)) == 10 * 2 * 2   # sets x seeds x (pairs, stats)
+    figure = ex.pseudopair_figure_spec(config)
+    assert figure["pairs"] == {"de_coco": "results/pseudopairs/de_coco/seed1/pairs.parquet",
+                               "en_de_coco_c2c": "results/pseudopairs/en_de_coco_c2c/seed1/pairs.parquet"}
+    assert figure["images"] == "results/images/coco/train.parquet"

@@ -86,3 +86,32 @@ def test_translation_columns_follow_the_paper_order_and_every_row_has_them():
     assert "| A | 62.0 ± 2.8 [90.6] | 71.0 ± 1.4 [91.2] | 2 |" in text
     with pytest.raises(ValueError, match="some seeds of experiment 'a' lack translation direction 'de2en'"):
         tables.translation_table(spec, {"a": [runs[0], {"translation": {"en2de": 1.0}}]})
+
+
+def test_rows_beyond_the_paper_are_marked():
+    spec = {**SPEC, "rows": [SPEC["rows"][0], {"label": "B", "experiment": "b", "beyond_paper": True}]}
+    frame = tables.retrieval_table(spec, {"a": [run(100.0, 10.0)], "b": [run(90.0, 9.0)]})
+    assert frame["beyond_paper"].tolist() == [False, True]
+    text = tables.markdown_table("t", spec, frame)
+    assert "| B † | 9.0 |" in text and "| A | 10.0 [1.0] |" in text
+    assert "† beyond the paper" in text
+    assert "†" not in tables.markdown_table("t", SPEC, tables.retrieval_table(SPEC, {"a": [run(100.0, 10.0)]}))
+
+
+def test_pseudopair_statistics_render_mean_sd_and_paper():
+    rows = []
+    for seed, used in (("1", 0.30), ("2", 0.40)):
+        rows.append({"statistic": "used_share", "pseudopairs": "de_coco", "criterion": "cosine",
+                     "source": "de_coco", "compared_with": "", "seeds": seed, "value": used, "paper": 0.37})
+    rows.append({"statistic": "jaccard_seeds", "pseudopairs": "de_coco", "criterion": "cosine",
+                 "source": "de_coco", "compared_with": "", "seeds": "1,2", "value": 0.5, "paper": 0.51})
+    rows.append({"statistic": "jaccard", "pseudopairs": "de_coco", "criterion": "cosine",
+                 "source": "de_coco", "compared_with": "x", "seeds": "1", "value": 0.25, "paper": 0.41})
+    rows.append({"statistic": "agreement", "pseudopairs": "de_coco", "criterion": "cosine",
+                 "source": "de_coco", "compared_with": "x", "seeds": "1", "value": 0.1, "paper": None})
+    text = tables.markdown_pseudopair_stats(pd.DataFrame(rows))
+    line = next(l for l in text.splitlines() if l.startswith("| de_coco |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:3] == ["de_coco", "cosine", f"35.0 ± {100 * math.sqrt(0.005):.1f} [37.0]"]
+    assert cells[8] == "0.50 [0.51]"          # Jaccard across seeds
+    assert "| de_coco vs x | 0.25 [0.41] | 0.10 |" in text

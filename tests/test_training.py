@@ -63,14 +63,14 @@ def _world(root, *, n_train=60, n_val=40, seed=0):
     spec = {"experiment": "en_de_c2c", "c2i": [ref("en"), ref("de")],
             "c2c": [{"name": "m30k.en+m30k.de", "a": ref("en"), "b": ref("de")}],
             "validation": {"captions": val_caps, "features": val_feats, "langs": ["en", "de"]},
-            "init_from": None}
+            "vocab": {"path": str(root / "vocab.json")}, "init_from": None}
     return spec, str(root / "vocab.json")
 
 
 SETTINGS = {"batch_size": 16, "learning_rate": 5e-3, "grad_clip": 2.0, "margin": 0.2,
             "max_violation": True, "c2c_probability": 0.5, "validate_every": 10, "patience": 100,
             "max_updates": 30, "device": "cpu", "threads": 1, "embedding_dim": 12, "joint_dim": 24,
-            "standardize_images": False}
+            "image_normalization": "raw"}
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,7 @@ def world(tmp_path_factory):
 
 def _run(world, out_dir, *, seed=1, **overrides):
     spec, vocab = world
-    return training.train(spec=spec, settings={**SETTINGS, **overrides}, vocab_path=vocab,
-                          out_dir=out_dir, seed=seed)
+    return training.train(spec=spec, settings={**SETTINGS, **overrides}, out_dir=out_dir, seed=seed)
 
 
 def _weights(out_dir):
@@ -116,7 +115,7 @@ def _count_steps(monkeypatch, *, fail_at=None, exc=_Killed):
 
 def test_training_writes_checkpoint_and_log(world, tmp_path):
     summary = _run(world, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "train_log.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "train_log.csv", "vocab.json"]
     frame = pd.read_csv(tmp_path / "train_log.csv")
     assert list(frame.columns) == ["update", "task", "dataset", "loss", "val_score"]
     assert frame["update"].tolist() == list(range(1, 31))
@@ -172,7 +171,7 @@ def test_killed_run_resumes_to_the_same_result(world, tmp_path, monkeypatch):
     calls = _count_steps(monkeypatch)
     _run(world, tmp_path / "resumed", max_updates=40)
     assert calls["n"] == 20                  # updates 21..40 only: it resumed, not restarted
-    assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["checkpoint.pt", "train_log.csv"]
+    assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["checkpoint.pt", "train_log.csv", "vocab.json"]
     assert _same_weights(_weights(tmp_path / "straight"), _weights(tmp_path / "resumed"))
     assert ((tmp_path / "straight" / "train_log.csv").read_text()
             == (tmp_path / "resumed" / "train_log.csv").read_text())
@@ -261,25 +260,21 @@ def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch
 
     monkeypatch.setattr(training, "train_step", spy)
     ft_spec = {**spec, "init_from": str(tmp_path / "source" / "checkpoint.pt")}
-    training.train(spec=ft_spec, settings={**SETTINGS, "max_updates": 10}, vocab_path=vocab,
-                   out_dir=tmp_path / "ft", seed=1)
+    training.train(spec=ft_spec, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "ft", seed=1)
     assert _same_weights(seen["first"], source)
     with pytest.raises(ValueError, match="init_from .* has dims"):
-        training.train(spec=ft_spec, settings={**SETTINGS, "joint_dim": 8}, vocab_path=vocab,
-                       out_dir=tmp_path / "bad", seed=1)
+        training.train(spec=ft_spec, settings={**SETTINGS, "joint_dim": 8}, out_dir=tmp_path / "bad", seed=1)
 
 
 def test_bad_inputs_are_reported_by_key(world, tmp_path):
     spec, vocab = world
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['batchsize'\]"):
-        training.train(spec=spec, settings={**SETTINGS, "batchsize": 3}, vocab_path=vocab,
-                       out_dir=tmp_path, seed=1)
+        training.train(spec=spec, settings={**SETTINGS, "batchsize": 3}, out_dir=tmp_path, seed=1)
     with pytest.raises(ValueError, match="c2c_probability must be in"):
-        training.train(spec=spec, settings={**SETTINGS, "c2c_probability": 1.5}, vocab_path=vocab,
-                       out_dir=tmp_path, seed=1)
+        training.train(spec=spec, settings={**SETTINGS, "c2c_probability": 1.5}, out_dir=tmp_path, seed=1)
     with pytest.raises(ValueError, match=r"c2i\[0\] lacks \['features'\]"):
         bad = {**spec, "c2i": [{k: v for k, v in spec["c2i"][0].items() if k != "features"}]}
-        training.train(spec=bad, settings=SETTINGS, vocab_path=vocab, out_dir=tmp_path, seed=1)
+        training.train(spec=bad, settings=SETTINGS, out_dir=tmp_path, seed=1)
 
 
 def test_cli_accepts_json_and_file_arguments(world, tmp_path):
@@ -289,10 +284,10 @@ def test_cli_accepts_json_and_file_arguments(world, tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     args = parser.parse_args(["train", "--spec", f"@{tmp_path / 'spec.json'}",
                               "--settings", json.dumps({**SETTINGS, "max_updates": 5}),
-                              "--vocab", vocab, "--out-dir", str(tmp_path / "out"), "--seed", "3"])
+                              "--out-dir", str(tmp_path / "out"), "--seed", "3"])
     args.func(args)
     assert (tmp_path / "out" / "checkpoint.pt").exists()
-    args = parser.parse_args(["train", "--spec", "{not json", "--settings", "{}", "--vocab", vocab,
+    args = parser.parse_args(["train", "--spec", "{not json", "--settings", "{}",
                               "--out-dir", str(tmp_path / "x"), "--seed", "3"])
     with pytest.raises(ValueError, match="--spec: not valid JSON"):
         args.func(args)
@@ -308,13 +303,13 @@ def test_tiny_training_run_learns(world, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Image feature standardisation (config model.standardize_images)
+# Image feature normalisation (config model.image_normalization)
 
 
 def test_standardisation_is_a_fixed_affine_map_kept_in_the_checkpoint(world, tmp_path):
     spec, vocab = world
     out = tmp_path / "std"
-    _run(world, out, standardize_images=True, max_updates=10)
+    _run(world, out, image_normalization="standardize", max_updates=10)
     model, _ = training.load_model(out / "checkpoint.pt")
     from pseudopairs.io import load_features
     _, train_feats = load_features(spec["c2i"][0]["features"])
@@ -340,9 +335,10 @@ def test_standardisation_rescues_max_violation_from_a_common_component(tmp_path)
         save_features(path, image_ids=ids, features=(feats.astype(np.float32) + offset).astype(np.float32))
     scores = {}
     for flag in (False, True):
-        summary = training.train(spec=spec, settings={**SETTINGS, "standardize_images": flag, "max_updates": 60,
+        mode = "standardize" if flag else "raw"
+        summary = training.train(spec=spec, settings={**SETTINGS, "image_normalization": mode, "max_updates": 60,
                                                       "c2c_probability": 0.0, "learning_rate": 2e-3},
-                                 vocab_path=vocab, out_dir=tmp_path / f"run{flag}", seed=1)
+                                 out_dir=tmp_path / f"run{flag}", seed=1)
         scores[flag] = summary["best_score"]
     assert scores[True] > scores[False] + 50, scores
 
@@ -398,12 +394,13 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
     spec = {"experiment": "en_de_c2c", "c2i": [ref("en"), ref("de")],
             "c2c": [{"name": "m30k.en+m30k.de", "a": ref("en"), "b": ref("de")}],
             "validation": {"captions": str(paths["m30k", "val"]),
-                           "features": str(root / "features" / "val.npz"), "langs": ["en", "de"]}}
-    summary = training.train(spec=spec, vocab_path=root / "vocab.json", out_dir=root / "model", seed=1,
+                           "features": str(root / "features" / "val.npz"), "langs": ["en", "de"]},
+            "vocab": {"path": str(root / "vocab.json")}}
+    summary = training.train(spec=spec, out_dir=root / "model", seed=1,
                              settings={**SETTINGS, "batch_size": 32, "learning_rate": 2e-3,
                                        "max_violation": False, "validate_every": 50,
                                        "max_updates": 400, "embedding_dim": 32, "joint_dim": 64,
-                                       "standardize_images": True})
+                                       "image_normalization": "standardize"})
 
     evaluation = {"captions": str(paths["m30k", "test"]), "features": str(root / "features" / "test.npz"),
                   "langs": ["en", "de"], "translation_captions": str(paths["m30k_task1", "test"]),
@@ -450,3 +447,59 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
     for lang in ("en", "de"):
         assert metrics["retrieval"][lang]["rsum"] > 2 * chance, metrics["retrieval"]
     assert min(metrics["translation"].values()) > 10 * 100 / n_test, metrics["translation"]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-run vocabulary (the authors' code builds each run's vocabulary from its own training data)
+
+
+def test_vocabulary_is_built_from_the_runs_own_training_captions(world, tmp_path):
+    spec, _ = world
+    en_only = {**spec, "experiment": "en", "c2i": [spec["c2i"][0]], "c2c": [],
+               "validation": {**spec["validation"], "langs": ["en"]}, "vocab": {"min_count": 1}}
+    training.train(spec=en_only, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "en", seed=1)
+    words = json.loads((tmp_path / "en" / "vocab.json").read_text())["words"]
+    english = {w for c in COLOURS["en"] + SHAPES["en"] for w in c.split()}
+    assert english <= set(words)
+    assert not {"rot", "kugel", "ein", "der"} & set(words)   # German-only words are not counted
+    # min_count applies to the run's own counts: "here" occurs only in one English template
+    # ("one {c} {s} here"), once per training image
+    n_train = 60
+    training.train(spec={**en_only, "vocab": {"min_count": n_train + 1}},
+                   settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "en61", seed=1)
+    kept = json.loads((tmp_path / "en61" / "vocab.json").read_text())
+    assert "here" not in kept["words"] and all(c >= n_train + 1 for c in kept["counts"].values())
+    assert kept["min_count"] == n_train + 1
+
+
+def test_fine_tuning_keeps_the_source_vocabulary(world, tmp_path):
+    spec, _ = world
+    built = {**spec, "vocab": {"min_count": 2}}
+    training.train(spec=built, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "src", seed=1)
+    ft = {**spec, "vocab": {"path": str(tmp_path / "src" / "vocab.json")},
+          "init_from": str(tmp_path / "src" / "checkpoint.pt")}
+    training.train(spec=ft, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "ft", seed=1)
+    assert (tmp_path / "ft" / "vocab.json").read_text() == (tmp_path / "src" / "vocab.json").read_text()
+    with pytest.raises(ValueError, match="spec: vocab must be"):
+        training.train(spec={**spec, "vocab": {"min_count": 2, "path": "x"}}, settings=SETTINGS,
+                       out_dir=tmp_path / "bad", seed=1)
+    with pytest.raises(FileNotFoundError, match="nowhere.json: vocabulary not found"):
+        training.train(spec={**spec, "vocab": {"path": str(tmp_path / "nowhere.json")}},
+                       settings=SETTINGS, out_dir=tmp_path / "bad", seed=1)
+
+
+def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_path):
+    spec, _ = world
+    _run(world, tmp_path, image_normalization="l2", max_updates=10)
+    model, meta = training.load_model(tmp_path / "checkpoint.pt")
+    assert meta["image_normalization"] == "l2" and model.image_normalization == "l2"
+    from pseudopairs.io import load_features
+    _, feats = load_features(spec["c2i"][0]["features"])
+    x = torch.from_numpy(feats[:5].astype(np.float32))
+    by_hand = torch.nn.functional.normalize(
+        model.image_projection(x / x.norm(dim=1, keepdim=True)), dim=1)
+    assert torch.allclose(model.encode_images(x), by_hand, atol=1e-6)
+    # scaling an image's features changes nothing under l2 (it does under raw)
+    assert torch.allclose(model.encode_images(3 * x), model.encode_images(x), atol=1e-6)
+    with pytest.raises(ValueError, match="image_normalization must be one of"):
+        _run(world, tmp_path / "bad", image_normalization="whiten")

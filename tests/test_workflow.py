@@ -20,14 +20,14 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def test_demo_data_targets_dry_run(tmp_path):
-    result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/vocab.json",
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/captions/m30k/train.parquet",
+                           "results/captions/coco/train.parquet",
                            "results/captions/m30k_task1/test.parquet")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert counts["world"] == 1
-    assert counts["vocab"] == 1
-    # m30k train + coco train for the vocabulary, plus the task1 test table
     assert counts["prepare_captions"] == 3
+    assert "vocab" not in counts  # each training job builds its own vocabulary
 
 
 def test_demo_tables_dry_run(tmp_path):
@@ -41,8 +41,36 @@ def test_demo_tables_dry_run(tmp_path):
     assert counts["table"] == 4
 
 
+def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/table4.csv")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    # De+COCO, 6 pseudopair rows, footnote 7's c2c row, 8 hubness-aware rows: 16 experiments x 2 seeds
+    assert counts["train"] == 32 and counts["evaluate"] == 32
+    # the paper's cosine set and 4 hubness-aware sets of the De+COCO model, per seed
+    assert counts["mine"] == 5 * 2
+    # cosine set at percentiles 0, 25, 75; hubness sets unfiltered; per seed
+    assert counts["pseudopair_captions"] == 7 * 2
+    blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
+    mine = [b for b in blocks if "rule mine:" in b and "pseudopairs=de_coco, seed=2" in b]
+    assert len(mine) == 1 and "results/models/de_coco/seed2/checkpoint.pt" in mine[0]
+    assert "results/models/de_coco/seed1" not in mine[0]
+
+
+def test_pseudopair_statistics_and_figure_dag(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/pseudopair_stats.csv",
+                           "results/figures/pseudopair_examples.png")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    # 10 pseudopair sets (2 source models x 5 criteria) x 2 seeds; only the sources are trained
+    assert counts["mine"] == 20 and counts["train"] == 4
+    assert counts["pseudopair_stats"] == 1 and counts["pseudopair_figure"] == 1
+    assert "evaluate" not in counts
+
+
 def test_paper_data_targets_dry_run_without_data(tmp_path):
-    result = run_snakemake(tmp_path, "results/vocab.json", "results/captions/m30k_task1/test.parquet",
+    result = run_snakemake(tmp_path, "results/captions/m30k/train.parquet",
+                           "results/captions/coco/train.parquet", "results/captions/m30k_task1/test.parquet",
                            "-n", "-p", "--cores", "8", "--configfile", str(REPO / "config" / "paper.yaml"))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
@@ -60,7 +88,8 @@ def test_paper_truecase_adds_truecaser_jobs(tmp_path):
     config["text"]["case"] = "truecase"
     path = tmp_path / "paper_truecase.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_snakemake(tmp_path, "results/vocab.json", "-n", "--cores", "2", "--configfile", str(path))
+    result = run_snakemake(tmp_path, "results/captions/m30k/train.parquet", "-n", "--cores", "2",
+                           "--configfile", str(path))
     assert result.returncode == 0, result.stderr
     assert job_counts(result.stdout)["train_truecaser"] == 2  # en, de
 

@@ -58,10 +58,95 @@ def _schema_errors(config: dict, schema: dict) -> list[str]:
     return messages
 
 
+def _dataset_errors(datasets: dict, pseudopairs: dict) -> list[str]:
+    messages = []
+    for name, ds in datasets.items():
+        where = f"config key 'datasets.{name}"
+        if "pseudopairs" in ds and "translation" in ds:
+            messages.append(f"{where}': a data set is either pseudopairs or a translation, not both")
+        if "min_percentile" in ds and "pseudopairs" not in ds:
+            messages.append(f"{where}.min_percentile': only pseudopair data sets are filtered")
+        if "pseudopairs" in ds:
+            pp = pseudopairs.get(ds["pseudopairs"])
+            if pp is None:
+                messages.append(f"{where}.pseudopairs': unknown pseudopair set {ds['pseudopairs']!r}")
+            elif pp.get("queries") in datasets and pp.get("database") in datasets:
+                queries, database = datasets[pp["queries"]], datasets[pp["database"]]
+                if (ds["corpus"], ds["lang"]) != (queries["corpus"], database["lang"]):
+                    messages.append(
+                        f"{where}': pseudopair set {ds['pseudopairs']!r} gives {database['lang']!r} "
+                        f"captions of {queries['corpus']!r} images, but the data set says "
+                        f"corpus {ds['corpus']!r}, lang {ds['lang']!r}")
+        if "translation" in ds:
+            source = datasets.get(ds["translation"])
+            if source is None:
+                messages.append(f"{where}.translation': unknown data set {ds['translation']!r}")
+            elif "pseudopairs" in source or "translation" in source:
+                messages.append(f"{where}.translation': translate the captions of a corpus, not of "
+                                f"the synthetic data set {ds['translation']!r}")
+            elif source["corpus"] != ds["corpus"] or source["lang"] == ds["lang"]:
+                messages.append(f"{where}': a translation of {ds['translation']!r} keeps its corpus "
+                                f"{source['corpus']!r} and changes its language {source['lang']!r}")
+    return messages
+
+
+def _pseudopair_errors(config: dict) -> list[str]:
+    messages = []
+    datasets = config.get("datasets", {})
+    experiments = config.get("experiments", {})
+    pseudopairs = config.get("pseudopairs", {})
+    for name, pp in pseudopairs.items():
+        where = f"config key 'pseudopairs.{name}"
+        if pp["source"] not in experiments:
+            messages.append(f"{where}.source': unknown experiment {pp['source']!r}")
+        for role in ("queries", "database"):
+            ds = datasets.get(pp[role])
+            if ds is None:
+                messages.append(f"{where}.{role}': unknown data set {pp[role]!r}")
+            elif "pseudopairs" in ds or "translation" in ds:
+                messages.append(f"{where}.{role}': mine the captions of a corpus, not of the "
+                                f"synthetic data set {pp[role]!r}")
+        if pp["queries"] in datasets and pp["database"] in datasets:
+            if datasets[pp["queries"]]["lang"] == datasets[pp["database"]]["lang"]:
+                messages.append(f"{where}': queries and database are in the same language")
+        mining = pp.get("mining", {})
+        criterion = mining.get("criterion", "cosine")
+        allowed = {"cosine": set(), "mutual": set(), "csls": {"k"}, "margin": {"k"},
+                   "inverted_softmax": {"beta"}}[criterion]
+        for key in sorted(set(mining) - {"criterion"} - allowed):
+            messages.append(f"{where}.mining.{key}': not a parameter of criterion {criterion!r}")
+    stats = config.get("pseudopair_stats", {})
+    for i, pair in enumerate(stats.get("compare", [])):
+        for side in ("a", "b"):
+            if pair[side] not in pseudopairs:
+                messages.append(f"config key 'pseudopair_stats.compare.{i}.{side}': unknown pseudopair "
+                                f"set {pair[side]!r}")
+    for i, name in enumerate(stats.get("figure", {}).get("pseudopairs", [])):
+        if name not in pseudopairs:
+            messages.append(f"config key 'pseudopair_stats.figure.pseudopairs.{i}': unknown pseudopair "
+                            f"set {name!r}")
+    return messages
+
+
+def experiment_dependencies(config: dict, name: str) -> list[str]:
+    """Experiments whose models experiment ``name`` needs first: its fine-tuning source and the
+    source of every pseudopair set behind its data sets."""
+    exp = config["experiments"][name]
+    deps = [exp["finetune"]] if "finetune" in exp else []
+    datasets, pseudopairs = config.get("datasets", {}), config.get("pseudopairs", {})
+    for ds in exp.get("c2i", []) + [d for pair in exp.get("c2c", []) for d in pair]:
+        pp = pseudopairs.get(datasets.get(ds, {}).get("pseudopairs"))
+        if pp and pp["source"] not in deps:
+            deps.append(pp["source"])
+    return [d for d in deps if d in config["experiments"]]
+
+
 def _reference_errors(config: dict) -> list[str]:
     messages = []
     datasets = config.get("datasets", {})
     experiments = config.get("experiments", {})
+    messages += _dataset_errors(datasets, config.get("pseudopairs", {}))
+    messages += _pseudopair_errors(config)
     for name, exp in experiments.items():
         for i, ds in enumerate(exp.get("c2i", [])):
             if ds not in datasets:
@@ -77,14 +162,12 @@ def _reference_errors(config: dict) -> list[str]:
                                     f"languages over the same images, got {pair}")
         if "finetune" in exp and exp["finetune"] not in experiments:
             messages.append(f"config key 'experiments.{name}.finetune': unknown experiment {exp['finetune']!r}")
-    for name in experiments:  # fine-tuning chains must end
-        seen, current = [name], experiments[name].get("finetune")
-        while current in experiments:
-            if current in seen:
-                messages.append(f"config key 'experiments.{name}.finetune': cycle {' -> '.join(seen + [current])}")
-                break
-            seen.append(current)
-            current = experiments[current].get("finetune")
+    if not messages:  # dependency chains (fine-tuning, pseudopair sources) must end
+        for name in experiments:
+            path = _dependency_cycle(config, [name])
+            if path:
+                messages.append(f"config key 'experiments.{name}': dependency cycle {' -> '.join(path)} "
+                                "(through finetune or the source of a pseudopair set)")
     for table, spec in config.get("tables", {}).items():
         if spec.get("kind") == "retrieval" and "langs" not in spec:
             messages.append(f"config key 'tables.{table}.langs': required for a retrieval table")
@@ -97,6 +180,17 @@ def _reference_errors(config: dict) -> list[str]:
             messages.append(f"config key 'evaluation.langs.{i}': no data set of corpus "
                             f"{evaluation.get('corpus')!r} has language {lang!r}")
     return messages
+
+
+def _dependency_cycle(config: dict, path: list[str]) -> list[str] | None:
+    for dep in experiment_dependencies(config, path[-1]):
+        if dep == path[0]:
+            return path + [dep]
+        if dep not in path:
+            found = _dependency_cycle(config, path + [dep])
+            if found:
+                return found
+    return None
 
 
 def check_config(config: dict[str, Any], schema: dict | None = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Experiments as data: turn the config's declaration of an experiment into the concrete inputs
 of its training job (the ``spec`` that :func:`pseudopairs.training.train` reads) and the list of
-files Snakemake must build first. Nothing here looks inside names: a data set's corpus and
-language come from ``config['datasets']``."""
+files Snakemake must build first. Nothing here looks inside names: a data set's corpus, language
+and origin (a corpus, a pseudopair set, a translation) come from ``config['datasets']``."""
 
 from __future__ import annotations
 
@@ -16,19 +16,55 @@ def feature_format(config: dict) -> str:
     return config["features"]["format"]
 
 
-def dataset_files(config: dict, name: str, split: str = "train") -> dict[str, str]:
-    """Caption table, feature file and language of data set ``name`` for ``split``."""
+# --------------------------------------------------------------------------------------------
+# Data sets
+
+
+def dataset(config: dict, name: str) -> dict[str, Any]:
     try:
-        ds = config["datasets"][name]
+        return config["datasets"][name]
     except KeyError:
         raise ValueError(f"config key 'datasets': unknown data set {name!r}") from None
-    corpus = ds["corpus"]
+
+
+def dataset_kind(config: dict, name: str) -> str:
+    """``corpus`` (captions of a corpus), ``pseudopairs`` (mined captions for the queries'
+    images) or ``translation`` (machine-translated captions of another data set)."""
+    ds = dataset(config, name)
+    if "pseudopairs" in ds:
+        return "pseudopairs"
+    if "translation" in ds:
+        return "translation"
+    return "corpus"
+
+
+def dataset_files(config: dict, name: str, split: str = "train", *,
+                  seed: int | None = None) -> dict[str, str]:
+    """Caption table, feature file and language of data set ``name`` for ``split``. Synthetic
+    data sets (pseudopairs, translations) exist for the training split only; a pseudopair data
+    set also depends on the ``seed`` (seed s uses the pairs mined by seed s of its source)."""
+    ds = dataset(config, name)
+    kind = dataset_kind(config, name)
+    if kind != "corpus" and split != "train":
+        raise ValueError(f"data set {name!r} ({kind}) exists for the training split only, not {split!r}")
+    if kind == "pseudopairs":
+        if seed is None:
+            raise ValueError(f"data set {name!r}: pseudopairs depend on the seed; none given")
+        captions = layout.pseudopair_captions(ds["pseudopairs"], seed, ds.get("min_percentile", 0))
+    elif kind == "translation":
+        captions = layout.translated_captions(name)
+    else:
+        captions = layout.captions(ds["corpus"], split)
     return {
         "name": name,
         "lang": ds["lang"],
-        "captions": layout.captions(corpus, split),
-        "features": layout.features(corpus, split, feature_format(config)),
+        "captions": captions,
+        "features": layout.features(ds["corpus"], split, feature_format(config)),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Training and evaluation
 
 
 def experiment(config: dict, name: str) -> dict[str, Any]:
@@ -49,6 +85,16 @@ def training_langs(config: dict, name: str) -> list[str]:
     return langs
 
 
+def vocabulary_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
+    """How the experiment's vocabulary is made: from its own training captions with
+    ``vocab.min_count`` (as the authors' code does for every run) or, when fine-tuning, the
+    source model's vocabulary (same seed)."""
+    finetune = experiment(config, name).get("finetune")
+    if finetune:
+        return {"path": layout.model_vocabulary(finetune, seed)}
+    return {"min_count": config["vocab"]["min_count"]}
+
+
 def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     """The resolved training inputs of experiment ``name`` for one seed."""
     exp = experiment(config, name)
@@ -57,9 +103,10 @@ def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     finetune = exp.get("finetune")
     return {
         "experiment": name,
-        "c2i": [dataset_files(config, ds) for ds in exp["c2i"]],
+        "c2i": [dataset_files(config, ds, seed=seed) for ds in exp["c2i"]],
         "c2c": [
-            {"name": "+".join(pair), "a": dataset_files(config, pair[0]), "b": dataset_files(config, pair[1])}
+            {"name": "+".join(pair), "a": dataset_files(config, pair[0], seed=seed),
+             "b": dataset_files(config, pair[1], seed=seed)}
             for pair in exp.get("c2c", [])
         ],
         "validation": {
@@ -67,6 +114,7 @@ def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
             "features": layout.features(evaluation["corpus"], "val", fmt),
             "langs": training_langs(config, name),
         },
+        "vocab": vocabulary_spec(config, name, seed),
         "init_from": layout.checkpoint(finetune, seed) if finetune else None,
     }
 
@@ -74,12 +122,14 @@ def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
 def training_inputs(config: dict, name: str, seed: int) -> list[str]:
     """Every file the training job of (``name``, ``seed``) reads, for the Snakemake rule."""
     spec = training_spec(config, name, seed)
-    files = {layout.vocabulary()}
+    files = set()
     for ds in spec["c2i"] + [side for pair in spec["c2c"] for side in (pair["a"], pair["b"])]:
         files.update((ds["captions"], ds["features"]))
     files.update((spec["validation"]["captions"], spec["validation"]["features"]))
     if spec["init_from"]:
         files.add(spec["init_from"])
+    if "path" in spec["vocab"]:
+        files.add(spec["vocab"]["path"])
     return sorted(files)
 
 
@@ -97,8 +147,116 @@ def evaluation_spec(config: dict) -> dict[str, Any]:
 
 def evaluation_inputs(config: dict, name: str, seed: int) -> list[str]:
     spec = evaluation_spec(config)
-    return [layout.checkpoint(name, seed), layout.vocabulary(), spec["captions"], spec["features"],
-            spec["translation_captions"]]
+    return [layout.checkpoint(name, seed), layout.model_vocabulary(name, seed), spec["captions"],
+            spec["features"], spec["translation_captions"]]
+
+
+# --------------------------------------------------------------------------------------------
+# Pseudopairs (paper §2.2) and translations (§2.3)
+
+
+def pseudopair_set(config: dict, name: str) -> dict[str, Any]:
+    try:
+        return config["pseudopairs"][name]
+    except KeyError:
+        raise ValueError(f"config key 'pseudopairs': unknown pseudopair set {name!r}") from None
+
+
+def pseudopair_sets(config: dict) -> list[str]:
+    return list(config.get("pseudopairs", {}))
+
+
+def mining_settings(config: dict, name: str) -> dict[str, Any]:
+    """The config's ``mining`` section (engine settings) with the set's criterion and its
+    parameters (``criterion`` defaults to ``cosine``, the paper's)."""
+    return {"criterion": "cosine", **config["mining"], **pseudopair_set(config, name).get("mining", {})}
+
+
+def mining_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
+    """The resolved inputs of mining pseudopair set ``name`` with seed ``seed`` of its source."""
+    pp = pseudopair_set(config, name)
+    return {
+        "pseudopairs": name,
+        "source": pp["source"],
+        "seed": int(seed),
+        "checkpoint": layout.checkpoint(pp["source"], seed),
+        "vocab": layout.model_vocabulary(pp["source"], seed),
+        "queries": dataset_files(config, pp["queries"], seed=seed),
+        "database": dataset_files(config, pp["database"], seed=seed),
+        "settings": mining_settings(config, name),
+    }
+
+
+def mining_inputs(config: dict, name: str, seed: int) -> list[str]:
+    spec = mining_spec(config, name, seed)
+    return sorted({spec["checkpoint"], spec["vocab"], spec["queries"]["captions"],
+                   spec["database"]["captions"]})
+
+
+def pseudopair_datasets(config: dict) -> list[str]:
+    return [name for name in config["datasets"] if dataset_kind(config, name) == "pseudopairs"]
+
+
+def translation_datasets(config: dict) -> list[str]:
+    return [name for name in config["datasets"] if dataset_kind(config, name) == "translation"]
+
+
+def translation_source(config: dict, name: str) -> dict[str, str]:
+    """The caption table a translated data set is made from (its source data set, training split)."""
+    if dataset_kind(config, name) != "translation":
+        raise ValueError(f"data set {name!r} is not a translated data set")
+    return dataset_files(config, dataset(config, name)["translation"])
+
+
+def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
+    """What the §7.2 statistics step reads: every pseudopair set (its source, criterion and the
+    paper's figures), the seeds, the top-N of "the top 150 captions" and the set comparisons."""
+    stats = config.get("pseudopair_stats", {})
+    return {
+        "sets": {name: {"source": pp["source"],
+                        "criterion": pp.get("mining", {}).get("criterion", "cosine"),
+                        "paper": pp.get("paper", {})}
+                 for name, pp in config.get("pseudopairs", {}).items()},
+        "seeds": list(config["seeds"]),
+        "top": stats.get("top", 150),
+        "compare": list(stats.get("compare", [])),
+    }
+
+
+def pseudopair_stats_inputs(config: dict) -> list[str]:
+    return [path for name in pseudopair_sets(config) for seed in config["seeds"]
+            for path in (layout.pseudopair_pairs(name, seed), layout.pseudopair_mining_stats(name, seed))]
+
+
+def pseudopair_figure_spec(config: dict) -> dict[str, Any]:
+    """Figure 1: which sets, which seed (the first), how many images, and where the images of
+    the queries' corpus are listed."""
+    figure = config.get("pseudopair_stats", {}).get("figure")
+    if not figure:
+        raise ValueError("config key 'pseudopair_stats.figure': not set, so there is no Figure 1")
+    names = list(figure["pseudopairs"])
+    corpora = {dataset(config, pseudopair_set(config, n)["queries"])["corpus"] for n in names}
+    if len(corpora) != 1:
+        raise ValueError(f"config key 'pseudopair_stats.figure.pseudopairs': the sets annotate "
+                         f"images of different corpora {sorted(corpora)}")
+    seed = config["seeds"][0]
+    return {
+        "pairs": {name: layout.pseudopair_pairs(name, seed) for name in names},
+        "sources": {name: pseudopair_set(config, name)["source"] for name in names},
+        "seed": seed,
+        "images": layout.images(corpora.pop(), "train"),
+        "n_images": figure.get("images", 4),
+        "sample_seed": figure.get("seed", 0),
+    }
+
+
+def pseudopair_figure_inputs(config: dict) -> list[str]:
+    spec = pseudopair_figure_spec(config)
+    return [*spec["pairs"].values(), spec["images"]]
+
+
+# --------------------------------------------------------------------------------------------
+# Tables and corpora
 
 
 def table_experiments(config: dict, table: str) -> list[str]:

@@ -30,10 +30,6 @@ def truecase_model(lang: str) -> str:
     return f"{RESULTS}/text/truecase.{lang}.model"
 
 
-def vocabulary() -> str:
-    return f"{RESULTS}/vocab.json"
-
-
 def model_dir(experiment: str, seed: int | str) -> str:
     return f"{RESULTS}/models/{experiment}/seed{seed}"
 
@@ -46,8 +42,53 @@ def train_log(experiment: str, seed: int | str) -> str:
     return f"{model_dir(experiment, seed)}/train_log.csv"
 
 
+def model_vocabulary(experiment: str, seed: int | str) -> str:
+    """The vocabulary a model was trained with (built from its own training captions, or its
+    fine-tuning source's)."""
+    return f"{model_dir(experiment, seed)}/vocab.json"
+
+
 def metrics(experiment: str, seed: int | str) -> str:
     return f"{model_dir(experiment, seed)}/metrics.json"
+
+
+def pseudopair_dir(pseudopairs: str, seed: int | str) -> str:
+    return f"{RESULTS}/pseudopairs/{pseudopairs}/seed{seed}"
+
+
+def pseudopair_pairs(pseudopairs: str, seed: int | str) -> str:
+    return f"{pseudopair_dir(pseudopairs, seed)}/pairs.parquet"
+
+
+def pseudopair_mining_stats(pseudopairs: str, seed: int | str) -> str:
+    return f"{pseudopair_dir(pseudopairs, seed)}/stats.json"
+
+
+def pseudopair_captions(pseudopairs: str, seed: int | str, min_percentile: int | str) -> str:
+    """The pairs kept at or above the ``min_percentile``-th percentile, as a caption table."""
+    return f"{pseudopair_dir(pseudopairs, seed)}/captions.p{min_percentile}.parquet"
+
+
+def pseudopair_stats() -> str:
+    return f"{RESULTS}/pseudopair_stats.csv"
+
+
+def pseudopair_figure(ext: str = "png") -> str:
+    return f"{RESULTS}/figures/pseudopair_examples.{ext}"
+
+
+def caption_use_plot() -> str:
+    return f"{RESULTS}/figures/caption_use.png"
+
+
+def world_parallel_text(split: str, lang: str) -> str:
+    """The demo world's parallel text (one raw sentence per line) for the demo MT model."""
+    return f"{RESULTS}/world/parallel/{split}.{lang}"
+
+
+def translated_captions(dataset: str) -> str:
+    """Machine-translated captions of data set ``dataset``, aligned with its source's caption table."""
+    return f"{RESULTS}/translations/{dataset}/train.parquet"
 
 
 def table(name: str) -> str:

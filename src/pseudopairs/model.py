@@ -19,6 +19,11 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from pseudopairs.vocab import PAD_ID
 
+# How stored image features enter the affine layer: as they are (``raw``), L2-normalised per
+# image (``l2``, what the authors' code does), or standardised per dimension with the training
+# images' mean and standard deviation (``standardize``, the demo's random-weight features).
+IMAGE_NORMALIZATIONS = ("raw", "l2", "standardize")
+
 
 def contrastive_loss(a: torch.Tensor, b: torch.Tensor, *, margin: float,
                      max_violation: bool = True) -> torch.Tensor:
@@ -50,7 +55,7 @@ class RankingModel(nn.Module):
     """Image encoder (affine) and caption encoder (embedding → GRU), both L2-normalised."""
 
     def __init__(self, vocab_size: int, *, embedding_dim: int, joint_dim: int,
-                 image_dim: int = 2048) -> None:
+                 image_dim: int = 2048, image_normalization: str = "raw") -> None:
         super().__init__()
         for key, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
                            ("joint_dim", joint_dim), ("image_dim", image_dim)):
@@ -60,6 +65,10 @@ class RankingModel(nn.Module):
         self.embedding_dim = int(embedding_dim)
         self.joint_dim = int(joint_dim)
         self.image_dim = int(image_dim)
+        if image_normalization not in IMAGE_NORMALIZATIONS:
+            raise ValueError(f"RankingModel: image_normalization must be one of "
+                             f"{list(IMAGE_NORMALIZATIONS)}, got {image_normalization!r}")
+        self.image_normalization = image_normalization
         self.image_projection = nn.Linear(self.image_dim, self.joint_dim)
         # Fixed per-dimension standardisation of the stored features (identity by default). An
         # affine layer after a fixed affine map is still one affine map, so this changes the
@@ -87,7 +96,8 @@ class RankingModel(nn.Module):
 
     def config(self) -> dict:
         return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
-                "joint_dim": self.joint_dim, "image_dim": self.image_dim}
+                "joint_dim": self.joint_dim, "image_dim": self.image_dim,
+                "image_normalization": self.image_normalization}
 
     def set_image_standardization(self, *, mean, std) -> None:
         """Standardise image features as ``(x - mean) / std`` before the affine layer; dimensions
@@ -103,6 +113,9 @@ class RankingModel(nn.Module):
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """(B, image_dim) stored features (any float dtype) → (B, joint_dim) unit rows."""
         features = features.to(device=self.device, dtype=self.image_projection.weight.dtype)
+        if self.image_normalization == "l2":
+            features = F.normalize(features, dim=1)
+        # identity unless set_image_standardization was called (image_normalization: standardize)
         features = (features - self.image_mean) / self.image_scale
         return F.normalize(self.image_projection(features), dim=1)
 

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from statistics import mean, stdev
 
+import numpy as np
 import pandas as pd
 
 from pseudopairs import layout
@@ -41,7 +42,8 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
     records = []
     for row in spec["rows"]:
         runs = metrics.get(row.get("experiment"), [])
-        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs)}
+        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs),
+                  "beyond_paper": bool(row.get("beyond_paper", False))}
         for lang in langs:
             for column in RETRIEVAL_COLUMNS:
                 _put(record, f"{lang}_{column}", [run["retrieval"][lang][column] for run in runs])
@@ -130,7 +132,7 @@ def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
         header.append("n")
         cells = []
         for _, row in frame.iterrows():
-            line = [row["row"]]
+            line = [_label(row)]
             for lang in langs:
                 line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in RETRIEVAL_COLUMNS]
             if spec.get("sum_sum"):
@@ -140,7 +142,14 @@ def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
     lines = [f"## {spec['title']}", "", "| " + " | ".join(header) + " |",
              "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(line) + " |" for line in cells]
+    if "beyond_paper" in frame.columns and frame["beyond_paper"].astype(bool).any():
+        lines += ["", "† beyond the paper: rows the paper does not report."]
     return "\n".join(lines) + "\n"
+
+
+def _label(row) -> str:
+    beyond = row.get("beyond_paper", False)
+    return f"{row['row']} †" if isinstance(beyond, (bool, np.bool_)) and beyond else str(row["row"])
 
 
 def _cell(row, ours: str, paper: str) -> str:
@@ -170,7 +179,59 @@ def _cli_markdown(args: argparse.Namespace) -> None:
     for path in args.tables:
         name = Path(path).stem
         parts.append(markdown_table(name, specs[name], pd.read_csv(path)))
+    if args.pseudopair_stats:
+        parts.append(markdown_pseudopair_stats(pd.read_csv(args.pseudopair_stats, keep_default_na=False,
+                                                           na_values=[""])))
     write_text_atomic(args.output, "\n".join(parts))
+
+
+# Columns of the §7.2 summary: statistic -> heading (shares in percent)
+STATS_HEADINGS = {"used_share": "captions used %", "used_share_unique": "unique texts used %",
+                  "top_share": "top-N share %", "gini": "Gini", "skewness": "skewness",
+                  "robin_hood": "Robin Hood", "jaccard_seeds": "Jaccard across seeds",
+                  "agreement_seeds": "per-image agreement across seeds"}
+_PERCENT = {"used_share", "used_share_unique", "top_share"}
+
+
+def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
+    """§7.2 statistics (results/pseudopair_stats.csv) as Markdown: one row per pseudopair set,
+    mean ± sd over seeds (or seed pairs), the paper's figure in [brackets]; then the comparisons
+    between sets."""
+    def cell(values: pd.Series, paper, statistic: str) -> str:
+        scale = 100.0 if statistic in _PERCENT else 1.0
+        m, sd, _ = summarise([float(v) * scale for v in values])
+        digits = 1 if scale == 100.0 else 2
+        text = "–" if math.isnan(m) else f"{m:.{digits}f}"
+        if not math.isnan(sd):
+            text += f" ± {sd:.{digits}f}"
+        if paper is not None and not pd.isna(paper):
+            text += f" [{float(paper) * scale:.{digits}f}]"
+        return text
+
+    own = frame[frame["compared_with"].isna() | (frame["compared_with"] == "")]
+    header = ["pseudopair set", "criterion", *STATS_HEADINGS.values()]
+    lines = ["## §7.2: statistics of the pseudopair sets", "",
+             "Mean ± sd over seeds (Jaccard and agreement: over pairs of seeds); the paper's figure "
+             "in [brackets]. Shares of the database (German training) captions.", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for name, group in own.groupby("pseudopairs", sort=False):
+        line = [name, str(group["criterion"].iloc[0])]
+        for statistic in STATS_HEADINGS:
+            rows = group[group["statistic"] == statistic]
+            line.append(cell(rows["value"], rows["paper"].iloc[0] if len(rows) else None, statistic)
+                        if len(rows) else "–")
+        lines.append("| " + " | ".join(line) + " |")
+    between = frame[~(frame["compared_with"].isna() | (frame["compared_with"] == ""))]
+    if not between.empty:
+        lines += ["", "| sets compared (same seed) | Jaccard of transferred captions | per-image agreement |",
+                  "|---|---|---|"]
+        for (a, b), group in between.groupby(["pseudopairs", "compared_with"], sort=False):
+            cells = []
+            for statistic in ("jaccard", "agreement"):
+                rows = group[group["statistic"] == statistic]
+                cells.append(cell(rows["value"], rows["paper"].iloc[0], statistic))
+            lines.append(f"| {a} vs {b} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
 
 
 def register_cli(subparsers) -> None:
@@ -183,5 +244,6 @@ def register_cli(subparsers) -> None:
     p = subparsers.add_parser("tables-markdown", help="render table CSVs as one Markdown file")
     p.add_argument("--specs", required=True, help="the config's tables section as JSON")
     p.add_argument("--output", required=True)
+    p.add_argument("--pseudopair-stats", default=None, help="results/pseudopair_stats.csv to render too")
     p.add_argument("tables", nargs="+")
     p.set_defaults(func=_cli_markdown)

@@ -10,10 +10,12 @@ the sum over ``validation.langs`` of R@1+R@5+R@10 in both directions. Training s
 Files in ``out_dir``:
 - ``checkpoint.pt`` — best weights + model dimensions + spec + settings + best score and its
   validation metrics; read it back with :func:`load_model`;
+- ``vocab.json`` — the run's vocabulary (:func:`run_vocabulary`: built from the run's own
+  training captions, or the fine-tuning source's), which evaluation and mining read;
 - ``train_log.csv`` — ``update, task, dataset, loss, val_score`` (one row per update;
   ``val_score`` filled at validation updates).
-These two (the rule's outputs) are written atomically once training has FINISHED, checkpoint
-first, so a killed job never leaves files that look complete. While it runs:
+These three (the rule's outputs) are written atomically once training has FINISHED, checkpoint
+first, the log last, so a killed job never leaves files that look complete. While it runs:
 - ``last.pt`` — the full training state at the last validation (model, optimizer, stream and
   sampler states, RNG states, counters, log rows, best weights so far). A killed run started again
   with the same arguments resumes from it and ends with the same weights and log as an
@@ -46,14 +48,15 @@ from tqdm import tqdm
 
 from pseudopairs.data import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, CaptionSet,
                               TaskSampler, TokenTable, load_caption_set)
-from pseudopairs.io import atomic_path, write_text_atomic
-from pseudopairs.model import RankingModel, contrastive_loss
-from pseudopairs.vocab import Vocabulary
+from pseudopairs.io import atomic_path, read_captions, write_json_atomic, write_text_atomic
+from pseudopairs.model import IMAGE_NORMALIZATIONS, RankingModel, contrastive_loss
+from pseudopairs.vocab import Vocabulary, build_vocabulary
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
 TRAIN_LOG = "train_log.csv"
+VOCAB = "vocab.json"
 LAST = "last.pt"
 PARTIAL_LOG = "train_log.partial.csv"
 LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
@@ -70,7 +73,7 @@ SETTINGS_TYPES: dict[str, tuple[type, ...]] = {
     "margin": (int, float), "max_violation": (bool,), "c2c_probability": (int, float),
     "validate_every": (int,), "patience": (int,), "max_updates": (int,), "device": (str,),
     "threads": (int,), "embedding_dim": (int,), "joint_dim": (int,),
-    "standardize_images": (bool,),
+    "image_normalization": (str,),
 }
 # Settings that do not change the result of a (CPU) run, so a resumed run may differ in them.
 _RUN_NEUTRAL_SETTINGS = ("device", "threads")
@@ -107,6 +110,9 @@ def check_settings(settings: dict) -> dict:
             raise ValueError(f"training settings: {key} must be ≥ 0, got {out[key]}")
     if not 0.0 <= out["c2c_probability"] <= 1.0:
         raise ValueError(f"training settings: c2c_probability must be in [0, 1], got {out['c2c_probability']}")
+    if out["image_normalization"] not in IMAGE_NORMALIZATIONS:
+        raise ValueError(f"training settings: image_normalization must be one of "
+                         f"{list(IMAGE_NORMALIZATIONS)}, got {out['image_normalization']!r}")
     if out["device"] not in ("auto", "cpu") and not out["device"].startswith("cuda"):
         raise ValueError(f"training settings: device must be auto, cpu or cuda[:N], got {out['device']!r}")
     return out
@@ -157,6 +163,11 @@ def check_spec(spec: dict) -> dict:
         raise ValueError("spec: validation.langs must be a non-empty list of languages")
     if spec["init_from"] is not None and not isinstance(spec["init_from"], str):
         raise ValueError(f"spec: init_from must be a checkpoint path or null, got {spec['init_from']!r}")
+    vocab = spec.get("vocab")
+    if not isinstance(vocab, dict) or len(vocab) != 1 or not (
+            isinstance(vocab.get("path"), str) or isinstance(vocab.get("min_count"), int)):
+        raise ValueError("spec: vocab must be {\"path\": vocabulary JSON} (e.g. a fine-tuning "
+                         f"source's) or {{\"min_count\": N}} (built from the training captions), got {vocab!r}")
     return spec
 
 
@@ -378,7 +389,8 @@ def load_model(checkpoint_path, device: str | torch.device = "cpu") -> tuple[Ran
     elif not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a pseudopairs model checkpoint")
     model = RankingModel(data["vocab_size"], embedding_dim=data["embedding_dim"],
-                         joint_dim=data["joint_dim"], image_dim=data["image_dim"])
+                         joint_dim=data["joint_dim"], image_dim=data["image_dim"],
+                         image_normalization=data.get("image_normalization", "raw"))
     model.load_state_dict(data["model_state"])
     model.to(device).eval()
     meta = {k: v for k, v in data.items() if k != "model_state"}
@@ -454,8 +466,37 @@ def training_image_statistics(c2i) -> tuple[np.ndarray, np.ndarray]:
     return stacked.mean(axis=0), stacked.std(axis=0)
 
 
-def _input_stamps(spec: dict, vocab_path) -> list:
-    paths = [vocab_path, spec["validation"]["captions"], spec["validation"]["features"]]
+def run_vocabulary(spec: dict) -> Vocabulary:
+    """The run's vocabulary (paper §3.1; the authors' code builds it per run): the one at
+    ``spec["vocab"]["path"]`` (a fine-tuning source's), or one built with
+    ``spec["vocab"]["min_count"]`` from the training captions of the run's own data sets — every
+    c2i and c2c data set (one language of one caption table), each counted once."""
+    if "path" in spec["vocab"]:
+        path = Path(spec["vocab"]["path"])
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: vocabulary not found")
+        return Vocabulary.load(path)
+    refs = [*spec["c2i"], *[e[side] for e in spec["c2c"] for side in ("a", "b")]]
+    texts: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for ref in refs:
+        key = (str(Path(ref["captions"]).resolve()), ref["lang"])
+        if key in seen:
+            continue
+        seen.add(key)
+        frame = read_captions(ref["captions"], lang=ref["lang"])
+        if "text" not in frame.columns:
+            raise ValueError(f"{ref['captions']}: caption table has no prepared 'text' column")
+        if (frame["split"] != "train").any():
+            raise ValueError(f"{ref['captions']}: the vocabulary is built from training captions only")
+        texts.extend(frame["text"].astype(str).tolist())
+    return build_vocabulary(texts, min_count=spec["vocab"]["min_count"])
+
+
+def _input_stamps(spec: dict) -> list:
+    paths = [spec["validation"]["captions"], spec["validation"]["features"]]
+    if "path" in spec["vocab"]:
+        paths.append(spec["vocab"]["path"])
     for e in spec["c2i"]:
         paths += [e["captions"], e["features"]]
     for e in spec["c2c"]:
@@ -466,13 +507,14 @@ def _input_stamps(spec: dict, vocab_path) -> list:
     return [_file_stamp(p) for p in paths]
 
 
-def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict:
+def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
     """Train one experiment for one seed; see the module docstring for the files written.
 
     ``spec``: ``{"experiment": str, "c2i": [{"name", "captions", "features", "lang"}, ...],
     "c2c": [{"name", "a": {...}, "b": {...}}, ...], "validation": {"captions", "features",
-    "langs": [...]}, "init_from": null | checkpoint path}`` (``init_from``: start from that
-    model's best weights with a fresh optimizer). ``settings``: see :data:`SETTINGS_TYPES`.
+    "langs": [...]}, "vocab": {"min_count": N} | {"path": vocabulary JSON}, "init_from": null |
+    checkpoint path}`` (``init_from``: start from that model's best weights with a fresh
+    optimizer; see :func:`run_vocabulary` for ``vocab``). ``settings``: see :data:`SETTINGS_TYPES`.
     Returns a summary (best score and update, updates run, stop reason, per-language metrics).
     """
     spec = check_spec(spec)
@@ -483,9 +525,7 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
     if settings["threads"] > 0:
         torch.set_num_threads(settings["threads"])
     device = resolve_device(settings["device"])
-    if not Path(vocab_path).exists():
-        raise FileNotFoundError(f"{vocab_path}: vocabulary not found")
-    vocab = Vocabulary.load(vocab_path)
+    vocab = run_vocabulary(spec)
     c2i, c2c, val_sets, image_dim = _load_data(spec, vocab)
     if c2c and settings["c2c_probability"] == 0:
         log.warning("%s: c2c data sets given but c2c_probability is 0; they are never used",
@@ -493,8 +533,9 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
 
     seed_everything(seed)
     model = RankingModel(len(vocab), embedding_dim=settings["embedding_dim"],
-                         joint_dim=settings["joint_dim"], image_dim=image_dim)
-    if settings["standardize_images"]:
+                         joint_dim=settings["joint_dim"], image_dim=image_dim,
+                         image_normalization=settings["image_normalization"])
+    if settings["image_normalization"] == "standardize":
         mean, std = training_image_statistics(c2i)
         model.set_image_standardization(mean=mean, std=std)
     if spec["init_from"]:
@@ -510,9 +551,10 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
 
     run_key = {"spec": spec, "seed": seed, "vocab_size": len(vocab),
                "settings": {k: v for k, v in settings.items() if k not in _RUN_NEUTRAL_SETTINGS},
-               "inputs": _input_stamps(spec, vocab_path)}
+               "inputs": _input_stamps(spec)}
     progress = _Progress()
     last_path, ckpt_path, log_path = out_dir / LAST, out_dir / CHECKPOINT, out_dir / TRAIN_LOG
+    vocab_path = out_dir / VOCAB
     partial_log_path = out_dir / PARTIAL_LOG
     if last_path.exists():
         state = torch.load(last_path, map_location="cpu", weights_only=True)
@@ -527,7 +569,7 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
             log.warning("%s was written for other inputs or settings; starting afresh", last_path)
             last_path.unlink()
     # The final files are written when training finishes; any present now are from another run.
-    for stale in (ckpt_path, log_path) + (() if last_path.exists() else (partial_log_path,)):
+    for stale in (ckpt_path, vocab_path, log_path) + (() if last_path.exists() else (partial_log_path,)):
         stale.unlink(missing_ok=True)
 
     def checkpoint_best() -> None:
@@ -607,6 +649,7 @@ def train(*, spec: dict, settings: dict, vocab_path, out_dir, seed: int) -> dict
 
     # Finished: write the outputs (checkpoint first, the log last), then drop the resumable state.
     checkpoint_best()
+    write_json_atomic(vocab_path, vocab.to_json())
     _write_log(log_path, progress.rows)
     last_path.unlink(missing_ok=True)
     partial_log_path.unlink(missing_ok=True)
@@ -639,7 +682,7 @@ def _json_argument(value: str, option: str) -> dict:
 def _cli_train(args: argparse.Namespace) -> None:
     summary = train(spec=_json_argument(args.spec, "--spec"),
                     settings=_json_argument(args.settings, "--settings"),
-                    vocab_path=args.vocab, out_dir=args.out_dir, seed=args.seed)
+                    out_dir=args.out_dir, seed=args.seed)
     print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
           f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
           f"({summary['stop_reason']}) -> {Path(args.out_dir) / CHECKPOINT}")
@@ -651,7 +694,7 @@ def register_cli(subparsers) -> None:
                    help="resolved experiment inputs as a JSON object, or @file.json")
     p.add_argument("--settings", required=True,
                    help="the config's training section merged with model, as JSON or @file.json")
-    p.add_argument("--vocab", required=True, help="vocabulary JSON")
-    p.add_argument("--out-dir", required=True, help="model directory (checkpoint.pt, train_log.csv)")
+    p.add_argument("--out-dir", required=True,
+                   help="model directory (checkpoint.pt, vocab.json, train_log.csv)")
     p.add_argument("--seed", type=int, required=True)
     p.set_defaults(func=_cli_train)

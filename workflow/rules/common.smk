@@ -17,6 +17,8 @@ wildcard_constraints:
     seed="[0-9]+",
     lang="[a-z]{2}",
     table="table[0-9]+",
+    pseudopairs="[A-Za-z0-9][A-Za-z0-9_.-]*",
+    percentile="[0-9]+(\\.[0-9]+)?",
 
 
 def as_json(value, *, sort_keys=True):
@@ -27,6 +29,16 @@ def as_json(value, *, sort_keys=True):
 
 def all_tables():
     return [layout.table(name) for name in config["tables"]]
+
+
+def pseudopair_outputs():
+    """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
+    outputs = []
+    if ex.pseudopair_sets(config):
+        outputs += [layout.pseudopair_stats(), layout.caption_use_plot()]
+    if config.get("pseudopair_stats", {}).get("figure"):
+        outputs += [layout.pseudopair_figure("png"), layout.pseudopair_figure("html")]
+    return outputs
 
 
 def text_langs():

@@ -21,14 +21,17 @@ rule table:
 
 rule tables_markdown:
     input:
-        all_tables(),
+        tables=all_tables(),
+        stats=[layout.pseudopair_stats()] if ex.pseudopair_sets(config) else [],
     output:
         layout.tables_markdown(),
     params:
         specs=as_json(config["tables"]),
+        stats=lambda w, input: f"--pseudopair-stats {input.stats[0]}" if input.stats else "",
     log:
         layout.log("tables_markdown", "tables"),
     benchmark:
         layout.benchmark("tables_markdown", "tables")
     shell:
-        "pseudopairs tables-markdown --specs {params.specs:q} --output {output} {input} > {log} 2>&1"
+        "pseudopairs tables-markdown --specs {params.specs:q} --output {output} "
+        "{params.stats} {input.tables} > {log} 2>&1"

@@ -1,4 +1,5 @@
-# Moses text preparation of every caption table, truecaser models, and the shared vocabulary.
+# Moses text preparation of every caption table and the truecaser models. (Each experiment builds
+# its vocabulary from its own training captions inside its training job.)
 
 
 rule prepare_captions:
@@ -30,18 +31,3 @@ rule train_truecaser:
         layout.benchmark("train_truecaser", "{lang}")
     shell:
         "pseudopairs train-truecaser --input {input} --lang {wildcards.lang} --output {output} > {log} 2>&1"
-
-
-rule vocab:
-    input:
-        [layout.captions(corpus, "train") for corpus in config["vocab"]["corpora"]],
-    output:
-        layout.vocabulary(),
-    params:
-        min_count=config["vocab"]["min_count"],
-    log:
-        layout.log("vocab", "vocab"),
-    benchmark:
-        layout.benchmark("vocab", "vocab")
-    shell:
-        "pseudopairs vocab {input} --min-count {params.min_count} --output {output} > {log} 2>&1"

@@ -7,12 +7,12 @@ rule train:
         lambda w: ex.training_inputs(config, w.experiment, int(w.seed)),
     output:
         checkpoint=layout.checkpoint("{experiment}", "{seed}"),
+        vocab=layout.model_vocabulary("{experiment}", "{seed}"),
         log=layout.train_log("{experiment}", "{seed}"),
     params:
         spec=lambda w: as_json(ex.training_spec(config, w.experiment, int(w.seed))),
         settings=as_json({**config["training"], **config["model"]}),
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
-        vocab=layout.vocabulary(),
     threads: config["training"]["threads"]
     resources:
         gpu=GPU,
@@ -22,7 +22,7 @@ rule train:
         layout.benchmark("train", "{experiment}.seed{seed}")
     shell:
         "pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
-        "--vocab {params.vocab} --out-dir {params.out_dir} --seed {wildcards.seed} > {log} 2>&1"
+        "--out-dir {params.out_dir} --seed {wildcards.seed} > {log} 2>&1"
 
 
 rule evaluate:
@@ -33,7 +33,7 @@ rule evaluate:
     params:
         spec=as_json(ex.evaluation_spec(config)),
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
-        vocab=layout.vocabulary(),
+        vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
         device=config["training"]["device"],
     threads: config["training"]["threads"]
     resources:

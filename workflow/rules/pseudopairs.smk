@@ -1,0 +1,71 @@
+# Pseudopairs (paper §2.2, §7.2): mine one pair set per pseudopair set x seed of its source model,
+# filter it at a similarity percentile into a caption table, and describe the sets (statistics,
+# caption-use plot, Figure 1).
+
+
+rule mine:
+    input:
+        lambda w: ex.mining_inputs(config, w.pseudopairs, int(w.seed)),
+    output:
+        pairs=layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
+        stats=layout.pseudopair_mining_stats("{pseudopairs}", "{seed}"),
+    params:
+        spec=lambda w: as_json(ex.mining_spec(config, w.pseudopairs, int(w.seed))),
+    threads: config["mining"]["threads"]
+    resources:
+        gpu=GPU,
+    log:
+        layout.log("mine", "{pseudopairs}.seed{seed}"),
+    benchmark:
+        layout.benchmark("mine", "{pseudopairs}.seed{seed}")
+    shell:
+        "pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs} "
+        "--stats {output.stats} > {log} 2>&1"
+
+
+rule pseudopair_captions:
+    input:
+        layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
+    output:
+        layout.pseudopair_captions("{pseudopairs}", "{seed}", "{percentile}"),
+    log:
+        layout.log("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}"),
+    benchmark:
+        layout.benchmark("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}")
+    shell:
+        "pseudopairs pseudopair-captions --pairs {input} --min-percentile {wildcards.percentile} "
+        "--output {output} > {log} 2>&1"
+
+
+rule pseudopair_stats:
+    input:
+        ex.pseudopair_stats_inputs(config),
+    output:
+        stats=layout.pseudopair_stats(),
+        plot=layout.caption_use_plot(),
+    params:
+        spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
+    log:
+        layout.log("pseudopair_stats", "pseudopair_stats"),
+    benchmark:
+        layout.benchmark("pseudopair_stats", "pseudopair_stats")
+    shell:
+        "pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats} "
+        "--plot {output.plot} > {log} 2>&1"
+
+
+rule pseudopair_figure:
+    input:
+        ex.pseudopair_figure_inputs(config),
+    output:
+        png=layout.pseudopair_figure("png"),
+        html=layout.pseudopair_figure("html"),
+    params:
+        spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
+    log:
+        layout.log("pseudopair_figure", "pseudopair_examples"),
+    benchmark:
+        layout.benchmark("pseudopair_figure", "pseudopair_examples")
+    shell:
+        "pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png} "
+        "--html {output.html} > {log} 2>&1"
