@@ -537,3 +537,31 @@ def test_cli(tmp_path, capsys):
     bad = _parser().parse_args(["world", "--settings", "{seed: 1}", "--out-root", str(tmp_path)])
     with pytest.raises(ValueError, match="--settings is not valid JSON"):
         bad.func(bad)
+
+
+def test_parallel_text_for_the_demo_mt_model(tmp_path):
+    settings = {"seed": 3, "images": {"m30k": {"train": 1, "val": 1, "test": 1}},
+                "parallel": {"train": 40, "val": 5}}
+    assert world.write_parallel_text(settings, tmp_path) == {"train": 40, "val": 5}
+    lines = {(s, l): (tmp_path / "world" / "parallel" / f"{s}.{l}").read_text().splitlines()
+             for s in ("train", "val") for l in ("en", "de")}
+    assert [len(lines[s, l]) for s in ("train", "val") for l in ("en", "de")] == [40, 40, 5, 5]
+    # each line pair is one caption spec realised in both languages: the same objects are named
+    for en, de in zip(lines["train", "en"], lines["train", "de"]):
+        assert en[0].isupper() and en.endswith(".") and de[0].isupper() and de.endswith(".")
+    from pseudopairs.world_grammar import kind_words
+    both = 0
+    for en, de in zip(lines["train", "en"], lines["train", "de"]):
+        en_words, de_words = set(re.findall(r"\w+", en.lower())), set(re.findall(r"\w+", de.lower()))
+        for kind in ("kite", "fish", "flag", "egg"):
+            if {w.lower() for w in kind_words(kind, "en")} & en_words:
+                both += 1
+                assert {w.lower() for w in kind_words(kind, "de")} & de_words, (en, de)
+    assert both > 0   # scenes of both corpora (kites/fish only in coco, flags/eggs only in m30k)
+    # pair k does not depend on how many pairs are asked for
+    bigger = world.parallel_pairs(world.WorldSettings.from_dict({**settings, "parallel": {"train": 50}}), "train")
+    assert [p[0] for p in bigger[:40]] == lines["train", "en"]
+    with pytest.raises(ValueError, match="world.parallel must map some of"):
+        world.WorldSettings.from_dict({**settings, "parallel": {"test": 3}})
+    with pytest.raises(ValueError, match="no parallel text asked for"):
+        world.write_parallel_text({**settings, "parallel": {}}, tmp_path)

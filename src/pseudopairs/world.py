@@ -29,6 +29,7 @@ import math
 import time
 import zlib
 from dataclasses import asdict, dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 CORPORA = ("m30k", "coco")
 TASK1 = "m30k_task1"
+PARALLEL_SPLITS = ("train", "val")  # the parallel text of the demo MT model
 LANG_ORDER = ("de", "en")  # rows within an image: languages in sorted order
 
 # --------------------------------------------------------------------------------------------
@@ -148,13 +150,16 @@ class WorldSettings:
     max_groups: int = 3  # distinct kinds per scene (captions mention 1..min(3, groups))
     max_count: int = 3  # objects per group
     max_objects: int = 6  # objects per scene
+    # sentence pairs (English, exact German translation) of the parallel text for the demo's
+    # machine translation model: split -> number of pairs (none by default)
+    parallel: Mapping[str, int] = dataclass_field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, settings: Mapping[str, Any]) -> "WorldSettings":
         if not isinstance(settings, Mapping):
             raise ValueError("world settings must be a JSON object")
         known = {"seed", "images", "image_size", "captions_per_image", "max_groups", "max_count",
-                 "max_objects"}
+                 "max_objects", "parallel"}
         unknown = sorted(set(settings) - known)
         if unknown:
             raise ValueError(f"world: unknown key(s) {unknown}; known: {sorted(known)}")
@@ -179,7 +184,13 @@ class WorldSettings:
             if not isinstance(sizes, Mapping) or set(sizes) != set(SPLITS):
                 raise ValueError(f"world.images.{corpus} must have exactly the keys {list(SPLITS)}")
             parsed[corpus] = {s: integer(f"images.{corpus}.{s}", sizes[s], 1, 999_999) for s in SPLITS}
+        parallel = settings.get("parallel", {})
+        if not isinstance(parallel, Mapping) or not set(parallel) <= set(PARALLEL_SPLITS):
+            raise ValueError(f"world.parallel must map some of {list(PARALLEL_SPLITS)} to numbers of "
+                             f"sentence pairs, got {parallel!r}")
         out = cls(
+            parallel={s: integer(f"parallel.{s}", parallel[s], 1, 9_999_999) for s in PARALLEL_SPLITS
+                      if s in parallel},
             seed=integer("seed", settings["seed"], 0),
             images=parsed,
             image_size=integer("image_size", settings.get("image_size", 112), 32, 1024),
@@ -589,6 +600,28 @@ def generate_image(settings: WorldSettings, corpus: str, split: str, index: int)
     return WorldImage(image_id(corpus, split, index), scene, captions, task1)
 
 
+def parallel_pairs(settings: WorldSettings, split: str) -> list[tuple[str, str]]:
+    """``settings.parallel[split]`` raw (English, German) sentence pairs for training the demo's
+    machine translation model: one parallel caption of a freshly drawn scene each, scenes drawn
+    from the m30k and coco distributions in turn (a general-domain MT system knows the kinds of
+    both corpora). Pure function of the seed, like every image; pair k of a split never
+    depends on the split's size."""
+    pairs = []
+    for index in range(settings.parallel.get(split, 0)):
+        corpus = CORPORA[index % len(CORPORA)]
+        scene = sample_scene(image_rng(settings.seed, "parallel", split, index, f"scene.{corpus}"),
+                             corpus=corpus, image_size=settings.image_size,
+                             max_groups=settings.max_groups, max_count=settings.max_count,
+                             max_objects=settings.max_objects)
+        _, en, de = parallel_caption(scene, rng=image_rng(settings.seed, "parallel", split, index, "caption"))
+        pairs.append((en, de))
+    return pairs
+
+
+def parallel_text_path(out_root: str | Path, split: str, lang: str) -> Path:
+    return Path(out_root) / "world" / "parallel" / f"{split}.{lang}"
+
+
 # --------------------------------------------------------------------------------------------
 # Writing the world
 # --------------------------------------------------------------------------------------------
@@ -677,6 +710,22 @@ def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Pat
     return summary
 
 
+def write_parallel_text(settings: Mapping[str, Any] | WorldSettings, out_root: str | Path) -> dict:
+    """Write the world's parallel text (:func:`parallel_pairs`) as plain files, one sentence per
+    line: ``world/parallel/{split}.{en,de}`` under ``out_root``. Returns the pair counts."""
+    cfg = settings if isinstance(settings, WorldSettings) else WorldSettings.from_dict(settings)
+    if not cfg.parallel:
+        raise ValueError("world.parallel: no parallel text asked for (e.g. {train: 20000, val: 500})")
+    counts = {}
+    for split, n in cfg.parallel.items():
+        pairs = parallel_pairs(cfg, split)
+        for k, lang in enumerate(("en", "de")):
+            write_text_atomic(parallel_text_path(out_root, split, lang),
+                              "".join(pair[k] + "\n" for pair in pairs))
+        counts[split] = len(pairs)
+    return counts
+
+
 def _cli_world(args: argparse.Namespace) -> int:
     try:
         settings = json.loads(args.settings)
@@ -695,3 +744,9 @@ def register_cli(subparsers) -> None:
                         "captions_per_image, max_groups, max_count, max_objects")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
     p.set_defaults(func=_cli_world)
+    p = subparsers.add_parser("world-parallel",
+                              help="the demo world's parallel En-De text (for the demo MT model)")
+    p.add_argument("--settings", required=True, help="JSON of the config's world section (with parallel)")
+    p.add_argument("--out-root", required=True, help="results root (e.g. results)")
+    p.set_defaults(func=lambda args: print(json.dumps(write_parallel_text(json.loads(args.settings),
+                                                                          Path(args.out_root)))))

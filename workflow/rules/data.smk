@@ -13,7 +13,8 @@ if WORLD:
             manifest=f"{layout.RESULTS}/world/manifest.json",
             pngs=directory(f"{layout.RESULTS}/world/images"),
         params:
-            settings=as_json(config["world"]),
+            # the parallel text has a rule of its own: changing it does not redraw the images
+            settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
             root=layout.RESULTS,
         log:
             layout.log("world", "world"),
@@ -21,6 +22,19 @@ if WORLD:
             layout.benchmark("world", "world")
         shell:
             "pseudopairs world --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
+
+    rule world_parallel:
+        output:
+            [layout.world_parallel_text(split, lang) for split in ("train", "val") for lang in ("en", "de")],
+        params:
+            settings=as_json(config["world"]),
+            root=layout.RESULTS,
+        log:
+            layout.log("world_parallel", "parallel"),
+        benchmark:
+            layout.benchmark("world_parallel", "parallel")
+        shell:
+            "pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
 
 else:
     PAPER = config["paper_data"]
