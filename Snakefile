@@ -9,11 +9,12 @@ from pseudopairs.config import check_config, load_schema
 
 REPO = Path(workflow.basedir)
 
-# Data sets, experiments and tables are shared by every configuration.
+# Data sets, experiments and tables are shared by every configuration; the demo world is the
+# default. Files given with --configfile (and --config values) are layered on top of both, in the
+# order given: `--configfile config/paper.yaml` for the real data, plus a file of your own with
+# just the keys you change (`--configfile config/paper.yaml my.yaml`).
 configfile: REPO / "config" / "experiments.yaml"
-# The demo world is the default; `--configfile config/paper.yaml` replaces it (not merged).
-if not workflow.config_settings.configfiles:
-    configfile: REPO / "config" / "config.yaml"
+configfile: REPO / "config" / "config.yaml"
 
 # Fails before any job runs, naming each wrong, missing or unknown key.
 check_config(config, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))

@@ -92,3 +92,21 @@ def test_conda_environment_pins_the_same_versions_as_pyproject():
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "-e ../" in pip
     assert set(pip) - {"-e ../"} == pinned
+
+
+def test_a_configfile_with_a_few_keys_layers_over_the_defaults(tmp_path):
+    """`--configfile` files are merged over config/config.yaml (and each other, in order), as
+    Snakemake users expect: a file with just `seeds: [1]` is a complete configuration."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("seeds: [3]\ntraining: {learning_rate: 0.001}\n")
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/table1.csv", "--configfile", str(mine))
+    assert result.returncode == 0, result.stderr
+    from test_workflow import job_counts
+    assert job_counts(result.stdout)["train"] == 5            # 5 experiments x 1 seed
+    assert "results/models/en/seed3/checkpoint.pt" in result.stdout
+    assert '"learning_rate":0.001' in result.stdout and '"batch_size":64' in result.stdout
+    # over the paper configuration: its keys, then mine
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/captions/m30k/test.parquet",
+                           "--configfile", str(REPO / "config" / "paper.yaml"), str(mine))
+    assert result.returncode == 0, result.stderr
+    assert "download_multi30k" in result.stdout and "rule world" not in result.stdout
