@@ -680,8 +680,10 @@ def _json_argument(value: str, option: str) -> dict:
 
 
 def _cli_train(args: argparse.Namespace) -> None:
-    summary = train(spec=_json_argument(args.spec, "--spec"),
-                    settings=_json_argument(args.settings, "--settings"),
+    settings = _json_argument(args.settings, "--settings")
+    if args.threads is not None:  # the cores the scheduler granted (Snakemake's {threads})
+        settings["threads"] = args.threads
+    summary = train(spec=_json_argument(args.spec, "--spec"), settings=settings,
                     out_dir=args.out_dir, seed=args.seed)
     print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
           f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
@@ -697,4 +699,6 @@ def register_cli(subparsers) -> None:
     p.add_argument("--out-dir", required=True,
                    help="model directory (checkpoint.pt, vocab.json, train_log.csv)")
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (overrides the settings' threads; does not change results)")
     p.set_defaults(func=_cli_train)

@@ -1,12 +1,15 @@
 # Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call.
 import json
+from pathlib import Path
 
 from pseudopairs import experiments as ex
 from pseudopairs import layout
+from pseudopairs.download import multi30k_sha256
 
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]
-GPU = config["resources"]["gpu"]
+RESOURCES = config["resources"]
+GPU = RESOURCES["gpu"]
 SPLITS = list(ex.SPLITS)
 
 
@@ -21,10 +24,27 @@ wildcard_constraints:
     percentile="[0-9]+(\\.[0-9]+)?",
 
 
+PAPER = config.get("paper_data", {})  # real data only (data.source: paper)
+DOWNLOADS = f"{layout.RESULTS}/downloads"
+
+
 def as_json(value, *, sort_keys=True):
     """A config section as a compact JSON string (a rule param, so a change reruns the rule).
     ``sort_keys=False`` keeps the YAML order where it carries meaning."""
     return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"))
+
+
+def mem_mb(rule):
+    """Memory of one job of ``rule`` in MB (config ``resources.mem_mb``, else its ``default``)."""
+    return RESOURCES["mem_mb"].get(rule, RESOURCES["mem_mb"]["default"])
+
+
+def runtime(rule):
+    """Walltime of one job of ``rule`` in minutes (config ``resources.runtime``, else its
+    ``default``), multiplied by the attempt number, so a job killed at its time limit and retried
+    (``--retries``, set in the SLURM profile) asks for more."""
+    minutes = RESOURCES["runtime"].get(rule, RESOURCES["runtime"]["default"])
+    return lambda wildcards, attempt: minutes * attempt
 
 
 def all_tables():
@@ -58,3 +78,63 @@ def truecase_args(wildcards, input):
     if config["text"]["case"] != "truecase":
         return ""
     return " ".join(f"--truecase-model {lang}={layout.truecase_model(lang)}" for lang in text_langs())
+
+
+# ----------------------------------------------------------------------------------------------
+# Real data (data.source: paper)
+
+
+def multi30k_files(task, split):
+    """Upstream files (relative to the Multi30K data root) behind one canonical split."""
+    m30k = PAPER["multi30k"]
+    if task == "task2":
+        upstream = m30k["task2_splits"][split]
+        files = [f"task2/raw/{upstream}.{n}.{lang}.gz" for n in range(1, 6) for lang in ("en", "de")]
+        return files + [f"task2/image_splits/{upstream}_images.txt"]
+    upstream = m30k["task1_splits"][split]
+    files = [f"task1/raw/{upstream}.{lang}.gz" for lang in m30k["task1_langs"]]
+    return files + [f"task1/image_splits/{upstream}.txt"]
+
+
+def multi30k_downloads(task, split):
+    return [f"{DOWNLOADS}/multi30k/{f}" for f in multi30k_files(task, split)]
+
+
+def multi30k_url(wildcards):
+    return f"{PAPER['multi30k']['base'].rstrip('/')}/{wildcards.path}"
+
+
+def sha256_arg(value):
+    return f"--sha256 {value}" if value else ""
+
+
+def coco_image_dirs():
+    return [f"{DOWNLOADS}/coco/images/{part}" for part in PAPER["coco"]["images"]]
+
+
+def archive(path):
+    """A downloaded archive is removed once everything extracted from it exists (temp), unless
+    paper_data.keep_archives is true."""
+    return path if PAPER["keep_archives"] else temp(path)
+
+
+def flickr30k_images():
+    """The Flickr30K image folder (distributed on request), checked when a job needs it, so a
+    placeholder path fails at the start of the run instead of inside a GPU job."""
+    path = Path(PAPER["flickr30k_images"])
+    if not path.is_dir():
+        raise ValueError(
+            f"config key 'paper_data.flickr30k_images': {path} is not a directory. Set it to the "
+            "folder of Flickr30K images ({image_id}.jpg; distributed on request, see README.md)."
+        )
+    return str(path)
+
+
+def feature_image_inputs(wildcards):
+    """The image list, plus (real data) the image folders it points into."""
+    folders = []
+    if not WORLD and wildcards.corpus == "coco":
+        folders = coco_image_dirs()
+    elif not WORLD and wildcards.corpus == "m30k":
+        folders = [flickr30k_images()]
+    return {"images": layout.images(wildcards.corpus, wildcards.split), "folders": folders}

@@ -16,6 +16,9 @@ if WORLD:
             # the parallel text has a rule of its own: changing it does not redraw the images
             settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
             root=layout.RESULTS,
+        resources:
+            mem_mb=mem_mb("world"),
+            runtime=runtime("world"),
         log:
             layout.log("world", "world"),
         benchmark:
@@ -29,6 +32,9 @@ if WORLD:
         params:
             settings=as_json(config["world"]),
             root=layout.RESULTS,
+        resources:
+            mem_mb=mem_mb("world_parallel"),
+            runtime=runtime("world_parallel"),
         log:
             layout.log("world_parallel", "parallel"),
         benchmark:
@@ -37,25 +43,6 @@ if WORLD:
             "pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
 
 else:
-    PAPER = config["paper_data"]
-    M30K = PAPER["multi30k"]
-    DOWNLOADS = f"{layout.RESULTS}/downloads"
-    RETRIES = PAPER.get("retries", 3)
-
-    def multi30k_files(task, split):
-        """Upstream files (relative to the Multi30K data root) behind one canonical split."""
-        if task == "task2":
-            upstream = M30K["task2_splits"][split]
-            files = [f"task2/raw/{upstream}.{n}.{lang}.gz" for n in range(1, 6) for lang in ("en", "de")]
-            return files + [f"task2/image_splits/{upstream}_images.txt"]
-        upstream = M30K["task1_splits"][split]
-        files = [f"task1/raw/{upstream}.{lang}.gz" for lang in M30K["task1_langs"]]
-        return files + [f"task1/image_splits/{upstream}.txt"]
-
-    from pseudopairs.download import multi30k_sha256
-
-    def sha256_arg(value):
-        return f"--sha256 {value}" if value else ""
 
     rule download_multi30k:
         output:
@@ -63,9 +50,12 @@ else:
         wildcard_constraints:
             path="task[12]/(raw|image_splits)/[^/]+",
         params:
-            url=lambda w: f"{M30K['base'].rstrip('/')}/{w.path}",
+            url=multi30k_url,
             sha256=lambda w: sha256_arg(multi30k_sha256(w.path)),
-            retries=RETRIES,
+            retries=PAPER["retries"],
+        resources:
+            mem_mb=mem_mb("download_multi30k"),
+            runtime=runtime("download_multi30k"),
         log:
             layout.log("download_multi30k", "{path}"),
         benchmark:
@@ -74,56 +64,60 @@ else:
             "pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
 
-    def read_multi30k_command(task):
-        images_out = " --images-out {output.images}" if task == "task2" else " --langs {params.langs}"
-        return (
-            "pseudopairs read-multi30k --root {params.root} --task " + task + " "
-            "--split {params.upstream} --canonical-split {wildcards.split} "
-            "--images-dir {params.images_dir:q} --captions-out {output.captions}"
-            + images_out + " > {log} 2>&1"
-        )
-
     rule read_multi30k_task2:
         input:
-            lambda w: [f"{DOWNLOADS}/multi30k/{f}" for f in multi30k_files("task2", w.split)],
+            lambda w: multi30k_downloads("task2", w.split),
         output:
             captions=layout.raw_captions("m30k", "{split}"),
             images=layout.images("m30k", "{split}"),
         params:
-            upstream=lambda w: M30K["task2_splits"][w.split],
+            upstream=lambda w: PAPER["multi30k"]["task2_splits"][w.split],
             images_dir=PAPER["flickr30k_images"],
             root=f"{DOWNLOADS}/multi30k",
+        resources:
+            mem_mb=mem_mb("read_multi30k_task2"),
+            runtime=runtime("read_multi30k_task2"),
         log:
             layout.log("read_multi30k_task2", "{split}"),
         benchmark:
             layout.benchmark("read_multi30k_task2", "{split}")
         shell:
-            read_multi30k_command("task2")
+            "pseudopairs read-multi30k --root {params.root} --task task2 --split {params.upstream} "
+            "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
+            "--captions-out {output.captions} --images-out {output.images} > {log} 2>&1"
 
     rule read_multi30k_task1:
         input:
-            lambda w: [f"{DOWNLOADS}/multi30k/{f}" for f in multi30k_files("task1", w.split)],
+            lambda w: multi30k_downloads("task1", w.split),
         output:
             captions=layout.raw_captions("m30k_task1", "{split}"),
         params:
-            upstream=lambda w: M30K["task1_splits"][w.split],
-            langs=",".join(M30K["task1_langs"]),
+            upstream=lambda w: PAPER["multi30k"]["task1_splits"][w.split],
+            langs=",".join(PAPER["multi30k"]["task1_langs"]),
             images_dir=PAPER["flickr30k_images"],
             root=f"{DOWNLOADS}/multi30k",
+        resources:
+            mem_mb=mem_mb("read_multi30k_task1"),
+            runtime=runtime("read_multi30k_task1"),
         log:
             layout.log("read_multi30k_task1", "{split}"),
         benchmark:
             layout.benchmark("read_multi30k_task1", "{split}")
         shell:
-            read_multi30k_command("task1")
+            "pseudopairs read-multi30k --root {params.root} --task task1 --split {params.upstream} "
+            "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
+            "--captions-out {output.captions} --langs {params.langs} > {log} 2>&1"
 
     rule download_karpathy:
         output:
-            f"{DOWNLOADS}/coco/caption_datasets.zip",
+            archive(f"{DOWNLOADS}/coco/caption_datasets.zip"),
         params:
             url=PAPER["coco"]["karpathy_url"],
             sha256=sha256_arg(PAPER["coco"].get("karpathy_sha256")),
-            retries=RETRIES,
+            retries=PAPER["retries"],
+        resources:
+            mem_mb=mem_mb("download_karpathy"),
+            runtime=runtime("download_karpathy"),
         log:
             layout.log("download_karpathy", "caption_datasets"),
         benchmark:
@@ -137,6 +131,9 @@ else:
             f"{DOWNLOADS}/coco/caption_datasets.zip",
         output:
             directory(f"{DOWNLOADS}/coco/caption_datasets"),
+        resources:
+            mem_mb=mem_mb("extract_karpathy"),
+            runtime=runtime("extract_karpathy"),
         log:
             layout.log("extract_karpathy", "caption_datasets"),
         benchmark:
@@ -146,13 +143,16 @@ else:
 
     rule download_coco_images:
         output:
-            f"{DOWNLOADS}/coco/{{part}}.zip",
+            archive(f"{DOWNLOADS}/coco/{{part}}.zip"),
         wildcard_constraints:
             part="train2014|val2014",
         params:
             url=lambda w: PAPER["coco"]["images"][w.part]["url"],
             sha256=lambda w: sha256_arg(PAPER["coco"]["images"][w.part].get("sha256")),
-            retries=RETRIES,
+            retries=PAPER["retries"],
+        resources:
+            mem_mb=mem_mb("download_coco_images"),
+            runtime=runtime("download_coco_images"),
         log:
             layout.log("download_coco_images", "{part}"),
         benchmark:
@@ -170,6 +170,9 @@ else:
             part="train2014|val2014",
         params:
             parent=f"{DOWNLOADS}/coco/images",
+        resources:
+            mem_mb=mem_mb("extract_coco_images"),
+            runtime=runtime("extract_coco_images"),
         log:
             layout.log("extract_coco_images", "{part}"),
         benchmark:
@@ -180,9 +183,6 @@ else:
             "> {log} 2>&1 && mv {params.parent}/.{wildcards.part}.unpacked/{wildcards.part} {output} "
             "&& rmdir {params.parent}/.{wildcards.part}.unpacked"
 
-    def coco_image_dirs():
-        return [f"{DOWNLOADS}/coco/images/{part}" for part in PAPER["coco"]["images"]]
-
     rule read_coco:
         input:
             f"{DOWNLOADS}/coco/caption_datasets",
@@ -192,6 +192,9 @@ else:
         params:
             images_dir=f"{DOWNLOADS}/coco/images",
             max_captions=PAPER["coco"].get("max_captions", 5),
+        resources:
+            mem_mb=mem_mb("read_coco"),
+            runtime=runtime("read_coco"),
         log:
             layout.log("read_coco", "{split}"),
         benchmark:
@@ -200,3 +203,20 @@ else:
             "pseudopairs read-coco --karpathy-json {input}/dataset_coco.json --split {wildcards.split} "
             "--images-dir {params.images_dir} --max-captions {params.max_captions} "
             "--captions-out {output.captions} --images-out {output.images} > {log} 2>&1"
+
+    # Compute nodes often have no internet: downloads always run where Snakemake runs, and
+    # `snakemake --cores 4 fetch --configfile config/paper.yaml` on a login node fetches, verifies
+    # (SHA-256) and extracts all real data before the cluster run.
+    localrules:
+        download_multi30k,
+        download_karpathy,
+        download_coco_images,
+        fetch,
+
+    rule fetch:
+        input:
+            [multi30k_downloads(task, split) for task in ("task2", "task1") for split in SPLITS],
+            f"{DOWNLOADS}/coco/caption_datasets",
+            coco_image_dirs(),
+        output:
+            touch(f"{DOWNLOADS}/fetched"),

@@ -13,6 +13,8 @@ rule mine:
         spec=lambda w: as_json(ex.mining_spec(config, w.pseudopairs, int(w.seed))),
     threads: config["mining"]["threads"]
     resources:
+        mem_mb=mem_mb("mine"),
+        runtime=runtime("mine"),
         gpu=GPU,
     log:
         layout.log("mine", "{pseudopairs}.seed{seed}"),
@@ -28,6 +30,9 @@ rule pseudopair_captions:
         layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
     output:
         layout.pseudopair_captions("{pseudopairs}", "{seed}", "{percentile}"),
+    resources:
+        mem_mb=mem_mb("pseudopair_captions"),
+        runtime=runtime("pseudopair_captions"),
     log:
         layout.log("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}"),
     benchmark:
@@ -45,6 +50,9 @@ rule pseudopair_stats:
         plot=layout.caption_use_plot(),
     params:
         spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
+    resources:
+        mem_mb=mem_mb("pseudopair_stats"),
+        runtime=runtime("pseudopair_stats"),
     log:
         layout.log("pseudopair_stats", "pseudopair_stats"),
     benchmark:
@@ -62,6 +70,9 @@ rule pseudopair_figure:
         html=layout.pseudopair_figure("html"),
     params:
         spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
+    resources:
+        mem_mb=mem_mb("pseudopair_figure"),
+        runtime=runtime("pseudopair_figure"),
     log:
         layout.log("pseudopair_figure", "pseudopair_examples"),
     benchmark:

@@ -10,6 +10,9 @@ rule table:
         # YAML order kept: it orders Table 7's direction columns.
         spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
         seeds=" ".join(str(s) for s in config["seeds"]),
+    resources:
+        mem_mb=mem_mb("table"),
+        runtime=runtime("table"),
     log:
         layout.log("table", "{table}"),
     benchmark:
@@ -28,6 +31,9 @@ rule tables_markdown:
     params:
         specs=as_json(config["tables"]),
         stats=lambda w, input: f"--pseudopair-stats {input.stats[0]}" if input.stats else "",
+    resources:
+        mem_mb=mem_mb("tables_markdown"),
+        runtime=runtime("tables_markdown"),
     log:
         layout.log("tables_markdown", "tables"),
     benchmark:

@@ -11,6 +11,9 @@ rule prepare_captions:
     params:
         case=config["text"]["case"],
         truecase=truecase_args,
+    resources:
+        mem_mb=mem_mb("prepare_captions"),
+        runtime=runtime("prepare_captions"),
     log:
         layout.log("prepare_captions", "{corpus}.{split}"),
     benchmark:
@@ -25,6 +28,9 @@ rule train_truecaser:
         [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)],
     output:
         layout.truecase_model("{lang}"),
+    resources:
+        mem_mb=mem_mb("train_truecaser"),
+        runtime=runtime("train_truecaser"),
     log:
         layout.log("train_truecaser", "{lang}"),
     benchmark:

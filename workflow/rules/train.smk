@@ -15,6 +15,8 @@ rule train:
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     threads: config["training"]["threads"]
     resources:
+        mem_mb=mem_mb("train"),
+        runtime=runtime("train"),
         gpu=GPU,
     log:
         layout.log("train", "{experiment}.seed{seed}"),
@@ -22,7 +24,7 @@ rule train:
         layout.benchmark("train", "{experiment}.seed{seed}")
     shell:
         "pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
-        "--out-dir {params.out_dir} --seed {wildcards.seed} > {log} 2>&1"
+        "--out-dir {params.out_dir} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
 
 
 rule evaluate:
@@ -37,6 +39,8 @@ rule evaluate:
         device=config["training"]["device"],
     threads: config["training"]["threads"]
     resources:
+        mem_mb=mem_mb("evaluate"),
+        runtime=runtime("evaluate"),
         gpu=GPU,
     log:
         layout.log("evaluate", "{experiment}.seed{seed}"),
