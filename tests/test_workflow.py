@@ -112,3 +112,20 @@ def test_paper_multi30k_from_local_mirror_dry_run(tmp_path, multi30k_root):
     sha = multi30k_sha256("task2/raw/test_2016.3.de.gz")
     assert sha and f"--url {source} " in result.stdout and f"--sha256 {sha}" in result.stdout
     assert "raw.githubusercontent.com" not in result.stdout
+
+
+def test_jobs_without_the_environment_fail_at_the_start_with_advice(tmp_path):
+    """Run from a python that lacks the workflow's packages (an unactivated venv), the workflow
+    stops before any job, saying what to activate."""
+    import os
+    import subprocess
+
+    from conftest import snakemake_exe
+
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}   # the venv's python is not on PATH
+    result = subprocess.run([snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+                             "--cores", "1", "results/captions/m30k/val.parquet"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0
+    assert "Activate the workflow's environment before running snakemake" in result.stderr + result.stdout
+    assert not (tmp_path / "results").exists()

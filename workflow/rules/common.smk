@@ -1,10 +1,11 @@
 # Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call.
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 from pseudopairs import experiments as ex
 from pseudopairs import layout
-from pseudopairs.download import multi30k_sha256
 
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]
@@ -104,6 +105,12 @@ def multi30k_url(wildcards):
     return f"{PAPER['multi30k']['base'].rstrip('/')}/{wildcards.path}"
 
 
+def multi30k_sha256(relpath):
+    from pseudopairs.download import multi30k_sha256 as recorded  # tqdm: imported only when needed
+
+    return recorded(relpath)
+
+
 def sha256_arg(value):
     return f"--sha256 {value}" if value else ""
 
@@ -138,3 +145,33 @@ def feature_image_inputs(wildcards):
     elif not WORLD and wildcards.corpus == "m30k":
         folders = [flickr30k_images()]
     return {"images": layout.images(wildcards.corpus, wildcards.split), "folders": folders}
+
+
+# ----------------------------------------------------------------------------------------------
+# Software
+
+
+JOB_MODULES = ("torch", "torchvision", "pandas", "pyarrow", "sacremoses", "ctranslate2", "matplotlib")
+
+
+def check_job_environment():
+    """Jobs run ``python -m pseudopairs``. Unless each rule gets its own conda environment
+    (--sdm conda), the ``python`` on PATH must have the workflow's packages: say so at the start
+    instead of failing every job."""
+    if any(getattr(m, "name", str(m)).lower() == "conda" for m in workflow.deployment_settings.deployment_method):
+        return
+    python = shutil.which("python")
+    probe = (
+        "import importlib.util, sys; "
+        f"missing = [m for m in {JOB_MODULES!r} if importlib.util.find_spec(m) is None]; "
+        "print(' '.join(missing)); sys.exit(1 if missing else 0)"
+    )
+    result = subprocess.run([python or "python", "-c", probe], capture_output=True, text=True) if python else None
+    if result is None or result.returncode != 0:
+        missing = result.stdout.strip() if result is not None else "python itself"
+        raise WorkflowError(
+            f"the jobs' python ({python or 'not on PATH'}) lacks {missing}. Activate the workflow's "
+            "environment before running snakemake (`. .venv/bin/activate` after the install in "
+            "README.md, or `conda activate pseudopairs`), or let Snakemake build one per rule "
+            "with --sdm conda."
+        )

@@ -24,7 +24,7 @@ if WORLD:
         benchmark:
             layout.benchmark("world", "world")
         shell:
-            "pseudopairs world --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
+            "python -m pseudopairs world --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
 
     rule world_parallel:
         output:
@@ -40,7 +40,7 @@ if WORLD:
         benchmark:
             layout.benchmark("world_parallel", "parallel")
         shell:
-            "pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
+            "python -m pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
 
 else:
 
@@ -61,7 +61,7 @@ else:
         benchmark:
             layout.benchmark("download_multi30k", "{path}")
         shell:
-            "pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
+            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
 
     rule read_multi30k_task2:
@@ -82,7 +82,7 @@ else:
         benchmark:
             layout.benchmark("read_multi30k_task2", "{split}")
         shell:
-            "pseudopairs read-multi30k --root {params.root} --task task2 --split {params.upstream} "
+            "python -m pseudopairs read-multi30k --root {params.root} --task task2 --split {params.upstream} "
             "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
             "--captions-out {output.captions} --images-out {output.images} > {log} 2>&1"
 
@@ -104,7 +104,7 @@ else:
         benchmark:
             layout.benchmark("read_multi30k_task1", "{split}")
         shell:
-            "pseudopairs read-multi30k --root {params.root} --task task1 --split {params.upstream} "
+            "python -m pseudopairs read-multi30k --root {params.root} --task task1 --split {params.upstream} "
             "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
             "--captions-out {output.captions} --langs {params.langs} > {log} 2>&1"
 
@@ -123,7 +123,7 @@ else:
         benchmark:
             layout.benchmark("download_karpathy", "caption_datasets")
         shell:
-            "pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
+            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
 
     rule extract_karpathy:
@@ -139,7 +139,7 @@ else:
         benchmark:
             layout.benchmark("extract_karpathy", "caption_datasets")
         shell:
-            "pseudopairs extract --archive {input} --output {output} > {log} 2>&1"
+            "python -m pseudopairs extract --archive {input} --output {output} > {log} 2>&1"
 
     rule download_coco_images:
         output:
@@ -158,7 +158,7 @@ else:
         benchmark:
             layout.benchmark("download_coco_images", "{part}")
         shell:
-            "pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
+            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
 
     rule extract_coco_images:
@@ -179,7 +179,7 @@ else:
             layout.benchmark("extract_coco_images", "{part}")
         shell:
             # the zip holds a top-level {part}/ folder
-            "pseudopairs extract --archive {input} --output {params.parent}/.{wildcards.part}.unpacked "
+            "python -m pseudopairs extract --archive {input} --output {params.parent}/.{wildcards.part}.unpacked "
             "> {log} 2>&1 && mv {params.parent}/.{wildcards.part}.unpacked/{wildcards.part} {output} "
             "&& rmdir {params.parent}/.{wildcards.part}.unpacked"
 
@@ -200,7 +200,7 @@ else:
         benchmark:
             layout.benchmark("read_coco", "{split}")
         shell:
-            "pseudopairs read-coco --karpathy-json {input}/dataset_coco.json --split {wildcards.split} "
+            "python -m pseudopairs read-coco --karpathy-json {input}/dataset_coco.json --split {wildcards.split} "
             "--images-dir {params.images_dir} --max-captions {params.max_captions} "
             "--captions-out {output.captions} --images-out {output.images} > {log} 2>&1"
 

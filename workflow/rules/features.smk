@@ -19,5 +19,5 @@ rule features:
     benchmark:
         layout.benchmark("features", "{corpus}.{split}")
     shell:
-        "pseudopairs features --images {input.images} --output {output.features} "
+        "python -m pseudopairs features --images {input.images} --output {output.features} "
         "--skipped {output.skipped} --settings {params.settings:q} > {log} 2>&1"

@@ -21,7 +21,7 @@ rule mine:
     benchmark:
         layout.benchmark("mine", "{pseudopairs}.seed{seed}")
     shell:
-        "pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs} "
+        "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs} "
         "--stats {output.stats} > {log} 2>&1"
 
 
@@ -38,7 +38,7 @@ rule pseudopair_captions:
     benchmark:
         layout.benchmark("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}")
     shell:
-        "pseudopairs pseudopair-captions --pairs {input} --min-percentile {wildcards.percentile} "
+        "python -m pseudopairs pseudopair-captions --pairs {input} --min-percentile {wildcards.percentile} "
         "--output {output} > {log} 2>&1"
 
 
@@ -58,7 +58,7 @@ rule pseudopair_stats:
     benchmark:
         layout.benchmark("pseudopair_stats", "pseudopair_stats")
     shell:
-        "pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats} "
+        "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats} "
         "--plot {output.plot} > {log} 2>&1"
 
 
@@ -78,5 +78,5 @@ rule pseudopair_figure:
     benchmark:
         layout.benchmark("pseudopair_figure", "pseudopair_examples")
     shell:
-        "pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png} "
+        "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png} "
         "--html {output.html} > {log} 2>&1"

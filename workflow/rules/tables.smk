@@ -18,7 +18,7 @@ rule table:
     benchmark:
         layout.benchmark("table", "{table}")
     shell:
-        "pseudopairs table --name {wildcards.table} --spec {params.spec:q} --seeds {params.seeds} "
+        "python -m pseudopairs table --name {wildcards.table} --spec {params.spec:q} --seeds {params.seeds} "
         "--output {output} > {log} 2>&1"
 
 
@@ -39,5 +39,5 @@ rule tables_markdown:
     benchmark:
         layout.benchmark("tables_markdown", "tables")
     shell:
-        "pseudopairs tables-markdown --specs {params.specs:q} --output {output} "
+        "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output} "
         "{params.stats} {input.tables} > {log} 2>&1"

@@ -19,7 +19,7 @@ rule prepare_captions:
     benchmark:
         layout.benchmark("prepare_captions", "{corpus}.{split}")
     shell:
-        "pseudopairs prepare-captions --input {input.raw} --output {output} "
+        "python -m pseudopairs prepare-captions --input {input.raw} --output {output} "
         "--case {params.case} {params.truecase} > {log} 2>&1"
 
 
@@ -36,4 +36,4 @@ rule train_truecaser:
     benchmark:
         layout.benchmark("train_truecaser", "{lang}")
     shell:
-        "pseudopairs train-truecaser --input {input} --lang {wildcards.lang} --output {output} > {log} 2>&1"
+        "python -m pseudopairs train-truecaser --input {input} --lang {wildcards.lang} --output {output} > {log} 2>&1"

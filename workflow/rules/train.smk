@@ -23,7 +23,7 @@ rule train:
     benchmark:
         layout.benchmark("train", "{experiment}.seed{seed}")
     shell:
-        "pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
+        "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
         "--out-dir {params.out_dir} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
 
 
@@ -47,6 +47,6 @@ rule evaluate:
     benchmark:
         layout.benchmark("evaluate", "{experiment}.seed{seed}")
     shell:
-        "pseudopairs evaluate --checkpoint {params.checkpoint} --vocab {params.vocab} "
+        "python -m pseudopairs evaluate --checkpoint {params.checkpoint} --vocab {params.vocab} "
         "--spec {params.spec:q} --experiment {wildcards.experiment} --seed {wildcards.seed} "
         "--device {params.device} --threads {threads} --output {output} > {log} 2>&1"
