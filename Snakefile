@@ -48,5 +48,6 @@ rule all:
     input:
         all_tables(),
         layout.tables_markdown(),
+        layout.training_curves(),
         pseudopair_outputs(),
     default_target: True

@@ -27,12 +27,19 @@ def tiny_config() -> dict:
     return config
 
 
+TINY_TABLE4 = [{"label": "De + COCO", "experiment": "de_coco"},
+               {"label": "+ fine-tune", "experiment": "de_coco_pseudo_ft"},
+               {"label": "+ pseudo CSLS", "experiment": "de_coco_csls", "beyond_paper": True}]
+
+
 @pytest.mark.slow
 def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     config_path = tmp_path / "tiny.yaml"
     config = tiny_config()
+    # A layered config file: only what differs from config/config.yaml (+ experiments.yaml).
+    config["tables"] = {"table4": {"rows": TINY_TABLE4}}
     config_path.write_text(yaml.safe_dump(config))
-    targets = ["results/table3.csv", "results/table7.csv"]
+    targets = ["results/table3.csv", "results/table7.csv", "results/table4.csv"]
     result = run_snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(config_path))
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -49,23 +56,56 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     table7 = pd.read_csv(tmp_path / "results/table7.csv")
     assert table7.loc[0, "row"] == "DPCCA" and table7.loc[0, "n"] == 0
     assert 0 <= table7.loc[1, "en2de_r1_mean"] <= 100
+    table4 = pd.read_csv(tmp_path / "results/table4.csv")
+    assert list(table4["row"]) == ["De + COCO", "+ fine-tune", "+ pseudo CSLS"]
+    assert list(table4["beyond_paper"]) == [False, False, True]
     log = pd.read_csv(tmp_path / "results/models/en_de_c2c/seed1/train_log.csv")
     assert list(log.columns) == ["update", "task", "dataset", "loss", "val_score"]
     assert set(log["task"]) == {"c2i", "c2c"}
     assert log["val_score"].notna().sum() == 3  # validations at 10, 20, 30
+    # the fine-tuned pseudopair model trained on the pairs mined by De+COCO (seed 1), kept its vocabulary
+    ft_log = pd.read_csv(tmp_path / "results/models/de_coco_pseudo_ft/seed1/train_log.csv")
+    assert set(ft_log["dataset"]) == {"m30k.de", "coco.en", "coco.de-pseudo@de_coco"}
+    assert ((tmp_path / "results/models/de_coco_pseudo_ft/seed1/vocab.json").read_text()
+            == (tmp_path / "results/models/de_coco/seed1/vocab.json").read_text())
+    pairs = pd.read_parquet(tmp_path / "results/pseudopairs/de_coco/seed1/pairs.parquet")
+    assert len(pairs) == 40 * 5 and set(pairs["match_lang"]) == {"de"}
     assert (tmp_path / "results/logs/train/en_de_c2c.seed1.log").exists()
     assert (tmp_path / "results/benchmarks/features/m30k.train.tsv").exists()
+    assert (tmp_path / "results/benchmarks/mine/de_coco.csls.seed1.tsv").exists()
     assert not list((tmp_path / "results").rglob("*.tmp*")), "temporary files left behind"
 
-    # Nothing is stale: a dry run schedules nothing.
-    result = run_snakemake(tmp_path, *targets, "-n", "--cores", "2", "--configfile", str(config_path))
-    assert result.returncode == 0
-    assert "Nothing to be done" in result.stdout + result.stderr
+    def dry_run_counts(changed: dict) -> dict:
+        config_path.write_text(yaml.safe_dump(changed))
+        result = run_snakemake(tmp_path, *targets, "-n", "--cores", "2", "--configfile", str(config_path))
+        assert result.returncode == 0, result.stderr
+        if "Nothing to be done" in result.stdout + result.stderr:
+            return {}
+        return job_counts(result.stdout)
 
-    # A training change reruns training, evaluation and tables, but not data, text or features.
-    config["training"]["learning_rate"] = 1e-3
-    config_path.write_text(yaml.safe_dump(config))
-    result = run_snakemake(tmp_path, *targets, "-n", "--cores", "2", "--configfile", str(config_path))
-    assert result.returncode == 0, result.stderr
-    counts = job_counts(result.stdout)
-    assert counts == {"train": 5, "evaluate": 5, "table": 2, "total": 12}
+    # Nothing is stale: a dry run schedules nothing.
+    assert dry_run_counts(config) == {}
+
+    # A mining parameter of one pseudopair set reruns that set's mining and what depends on it.
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["pseudopairs"] = {"de_coco.csls": {"mining": {"criterion": "csls", "k": 3}}}
+    assert dry_run_counts(changed) == {"mine": 1, "pseudopair_captions": 1, "train": 1, "evaluate": 1,
+                                       "table": 1, "total": 5}
+
+    # One experiment's own training setting reruns that experiment only (and its table).
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["experiments"] = {"de_coco_pseudo_ft": {"training": {"learning_rate": 1e-3}}}
+    assert dry_run_counts(changed) == {"train": 1, "evaluate": 1, "table": 1, "total": 3}
+
+    # The source model's setting reruns it, its pseudopairs and everything trained on them.
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["experiments"] = {"de_coco": {"training": {"learning_rate": 1e-3}}}
+    assert dry_run_counts(changed) == {"train": 3, "evaluate": 3, "mine": 2, "pseudopair_captions": 2,
+                                       "table": 2, "total": 12}
+
+    # A global training change reruns training, evaluation, mining and tables, but not data,
+    # text or features.
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["training"]["learning_rate"] = 1e-3
+    counts = dry_run_counts(changed)
+    assert counts == {"train": 7, "evaluate": 7, "mine": 2, "pseudopair_captions": 2, "table": 3, "total": 21}

@@ -110,3 +110,13 @@ def test_statistics_and_figure_specs():
     assert figure["pairs"] == {"de_coco": "results/pseudopairs/de_coco/seed1/pairs.parquet",
                                "en_de_coco_c2c": "results/pseudopairs/en_de_coco_c2c/seed1/pairs.parquet"}
     assert figure["images"] == "results/images/coco/train.parquet"
+
+
+def test_an_experiments_own_training_settings_override_the_config():
+    config = copy.deepcopy(demo())
+    config["experiments"]["de_coco"]["training"] = {"learning_rate": 1e-3, "patience": 7}
+    settings = ex.training_settings(config, "de_coco")
+    assert (settings["learning_rate"], settings["patience"]) == (1e-3, 7)
+    assert settings["batch_size"] == config["training"]["batch_size"]
+    assert settings["joint_dim"] == config["model"]["joint_dim"]          # model settings included
+    assert ex.training_settings(config, "en")["learning_rate"] == config["training"]["learning_rate"]

@@ -95,6 +95,13 @@ def vocabulary_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     return {"min_count": config["vocab"]["min_count"]}
 
 
+def training_settings(config: dict, name: str) -> dict[str, Any]:
+    """The settings of the experiment's training jobs: the config's ``training`` and ``model``
+    sections, with the experiment's own ``training`` entries over them (so changing one
+    experiment's setting reruns that experiment and what depends on it, nothing else)."""
+    return {**config["training"], **experiment(config, name).get("training", {}), **config["model"]}
+
+
 def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     """The resolved training inputs of experiment ``name`` for one seed."""
     exp = experiment(config, name)
@@ -270,6 +277,12 @@ def table_experiments(config: dict, table: str) -> list[str]:
 
 def table_inputs(config: dict, table: str) -> list[str]:
     return [layout.metrics(name, seed) for name in table_experiments(config, table) for seed in config["seeds"]]
+
+
+def training_logs(config: dict) -> list[str]:
+    """The training logs of every experiment any table shows, for every seed (training curves)."""
+    names = list(dict.fromkeys(n for table in config["tables"] for n in table_experiments(config, table)))
+    return [layout.train_log(name, seed) for name in names for seed in config["seeds"]]
 
 
 def corpora_with_images(config: dict) -> list[str]:

@@ -81,6 +81,14 @@ def caption_use_plot() -> str:
     return f"{RESULTS}/figures/caption_use.png"
 
 
+def similarity_histogram() -> str:
+    return f"{RESULTS}/figures/pseudopair_similarity.png"
+
+
+def training_curves() -> str:
+    return f"{RESULTS}/figures/training_curves.png"
+
+
 def world_parallel_text(split: str, lang: str) -> str:
     """The demo world's parallel text (one raw sentence per line) for the demo MT model."""
     return f"{RESULTS}/world/parallel/{split}.{lang}"

@@ -56,7 +56,7 @@ def pseudopair_outputs():
     """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
     outputs = []
     if ex.pseudopair_sets(config):
-        outputs += [layout.pseudopair_stats(), layout.caption_use_plot()]
+        outputs += [layout.pseudopair_stats(), layout.caption_use_plot(), layout.similarity_histogram()]
     if config.get("pseudopair_stats", {}).get("figure"):
         outputs += [layout.pseudopair_figure("png"), layout.pseudopair_figure("html")]
     return outputs

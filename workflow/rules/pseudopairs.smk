@@ -48,6 +48,7 @@ rule pseudopair_stats:
     output:
         stats=layout.pseudopair_stats(),
         plot=layout.caption_use_plot(),
+        histogram=layout.similarity_histogram(),
     params:
         spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
     resources:
@@ -59,7 +60,7 @@ rule pseudopair_stats:
         layout.benchmark("pseudopair_stats", "pseudopair_stats")
     shell:
         "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats} "
-        "--plot {output.plot} > {log} 2>&1"
+        "--plot {output.plot} --histogram {output.histogram} > {log} 2>&1"
 
 
 rule pseudopair_figure:

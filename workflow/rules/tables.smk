@@ -41,3 +41,23 @@ rule tables_markdown:
     shell:
         "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output} "
         "{params.stats} {input.tables} > {log} 2>&1"
+
+
+rule training_curves:
+    input:
+        ex.training_logs(config),
+    output:
+        layout.training_curves(),
+    params:
+        tables=as_json(config["tables"], sort_keys=False),
+        seeds=" ".join(str(s) for s in config["seeds"]),
+    resources:
+        mem_mb=mem_mb("training_curves"),
+        runtime=runtime("training_curves"),
+    log:
+        layout.log("training_curves", "training_curves"),
+    benchmark:
+        layout.benchmark("training_curves", "training_curves")
+    shell:
+        "python -m pseudopairs training-curves --tables {params.tables:q} --seeds {params.seeds} "
+        "--output {output} > {log} 2>&1"

@@ -11,7 +11,7 @@ rule train:
         log=layout.train_log("{experiment}", "{seed}"),
     params:
         spec=lambda w: as_json(ex.training_spec(config, w.experiment, int(w.seed))),
-        settings=as_json({**config["training"], **config["model"]}),
+        settings=lambda w: as_json(ex.training_settings(config, w.experiment)),
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     threads: config["training"]["threads"]
     resources:
