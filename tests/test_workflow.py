@@ -129,3 +129,66 @@ def test_jobs_without_the_environment_fail_at_the_start_with_advice(tmp_path):
     assert result.returncode != 0
     assert "Activate the workflow's environment before running snakemake" in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
+
+
+def _job_blocks(output: str) -> list[dict]:
+    """(rule, threads, resources) of every job a dry run lists."""
+    jobs = []
+    for block in re.split(r"\n(?=rule |localrule )", output):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if not head:
+            continue
+        resources = re.search(r"^\s+resources: (.*)$", block, re.M)
+        threads = re.search(r"^\s+threads: (\d+)$", block, re.M)
+        pairs = dict(item.split("=", 1) for item in resources.group(1).split(", ")) if resources else {}
+        jobs.append({"rule": head.group(1), "threads": int(threads.group(1)) if threads else 1, **pairs})
+    return jobs
+
+
+def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
+    """With the SLURM profile (plugin installed, no SLURM needed for a dry run) every job carries
+    the resources the rules declare from config/paper.yaml, and the profile adds only partitions."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    flickr = tmp_path / "flickr30k"
+    flickr.mkdir()
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "64",
+                           "results/table4.csv", "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = _job_blocks(result.stdout)
+    by_rule: dict[str, list[dict]] = {}
+    for job in jobs:
+        by_rule.setdefault(job["rule"], []).append(job)
+    assert len(by_rule["train"]) == 16 * 3   # 16 experiments x 3 seeds
+    for job in by_rule["train"]:
+        assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
+            ("1", "32000", "1440", "gpu", 4)
+    for job in by_rule["features"]:    # 8 decoding workers + 1 forward thread
+        assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
+            ("1", "32000", "240", "gpu", 9)
+    for job in by_rule["mine"]:
+        assert (job["gpu"], job["slurm_partition"], job["threads"]) == ("1", "gpu", 4)
+    for job in by_rule["download_multi30k"] + by_rule["prepare_captions"] + by_rule["table"]:
+        assert "gpu" not in job and job["slurm_partition"] == "cpu" and job["slurm_account"] == "myaccount"
+    assert by_rule["download_coco_images"][0]["runtime"] == "600"
+
+
+def test_downloads_and_light_steps_never_go_to_a_cluster(tmp_path):
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    flickr = tmp_path / "flickr30k"
+    flickr.mkdir()
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[REPO / "config" / "paper.yaml", site]),
+            snakefile=REPO / "Snakefile", workdir=tmp_path)
+        local = set(workflow._workflow._localrules)
+    assert {"download_multi30k", "download_karpathy", "download_coco_images", "fetch", "table",
+            "tables_markdown", "training_curves", "pseudopair_captions", "pseudopair_stats",
+            "pseudopair_figure"} <= local
+    assert not {"train", "features", "evaluate", "mine"} & local

@@ -15,10 +15,12 @@ if WORLD:
         params:
             # the parallel text has a rule of its own: changing it does not redraw the images
             settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
-            root=layout.RESULTS,
+            root=lambda w, output: Path(output.manifest).parents[1],
         resources:
             mem_mb=mem_mb("world"),
             runtime=runtime("world"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("world", "world"),
         benchmark:
@@ -31,10 +33,12 @@ if WORLD:
             [layout.world_parallel_text(split, lang) for split in ("train", "val") for lang in ("en", "de")],
         params:
             settings=as_json(config["world"]),
-            root=layout.RESULTS,
+            root=lambda w, output: Path(output[0]).parents[2],
         resources:
             mem_mb=mem_mb("world_parallel"),
             runtime=runtime("world_parallel"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("world_parallel", "parallel"),
         benchmark:
@@ -56,6 +60,8 @@ else:
         resources:
             mem_mb=mem_mb("download_multi30k"),
             runtime=runtime("download_multi30k"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("download_multi30k", "{path}"),
         benchmark:
@@ -77,6 +83,8 @@ else:
         resources:
             mem_mb=mem_mb("read_multi30k_task2"),
             runtime=runtime("read_multi30k_task2"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("read_multi30k_task2", "{split}"),
         benchmark:
@@ -99,6 +107,8 @@ else:
         resources:
             mem_mb=mem_mb("read_multi30k_task1"),
             runtime=runtime("read_multi30k_task1"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("read_multi30k_task1", "{split}"),
         benchmark:
@@ -118,6 +128,8 @@ else:
         resources:
             mem_mb=mem_mb("download_karpathy"),
             runtime=runtime("download_karpathy"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("download_karpathy", "caption_datasets"),
         benchmark:
@@ -134,6 +146,8 @@ else:
         resources:
             mem_mb=mem_mb("extract_karpathy"),
             runtime=runtime("extract_karpathy"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("extract_karpathy", "caption_datasets"),
         benchmark:
@@ -153,6 +167,8 @@ else:
         resources:
             mem_mb=mem_mb("download_coco_images"),
             runtime=runtime("download_coco_images"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("download_coco_images", "{part}"),
         benchmark:
@@ -169,10 +185,12 @@ else:
         wildcard_constraints:
             part="train2014|val2014",
         params:
-            parent=f"{DOWNLOADS}/coco/images",
+            parent=lambda w, output: Path(output[0]).parent,
         resources:
             mem_mb=mem_mb("extract_coco_images"),
             runtime=runtime("extract_coco_images"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("extract_coco_images", "{part}"),
         benchmark:
@@ -195,6 +213,8 @@ else:
         resources:
             mem_mb=mem_mb("read_coco"),
             runtime=runtime("read_coco"),
+        conda:
+            "../../envs/steps.yaml"
         log:
             layout.log("read_coco", "{split}"),
         benchmark:

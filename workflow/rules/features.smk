@@ -14,6 +14,8 @@ rule features:
         mem_mb=mem_mb("features"),
         runtime=runtime("features"),
         gpu=GPU,
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("features", "{corpus}.{split}"),
     benchmark:

@@ -2,6 +2,12 @@
 # filter it at a similarity percentile into a caption table, and describe the sets (statistics,
 # caption-use plot, Figure 1).
 
+# Seconds of work each: run where Snakemake runs, never submitted to a cluster.
+localrules:
+    pseudopair_captions,
+    pseudopair_stats,
+    pseudopair_figure,
+
 
 rule mine:
     input:
@@ -16,6 +22,8 @@ rule mine:
         mem_mb=mem_mb("mine"),
         runtime=runtime("mine"),
         gpu=GPU,
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("mine", "{pseudopairs}.seed{seed}"),
     benchmark:
@@ -33,6 +41,8 @@ rule pseudopair_captions:
     resources:
         mem_mb=mem_mb("pseudopair_captions"),
         runtime=runtime("pseudopair_captions"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}"),
     benchmark:
@@ -46,14 +56,20 @@ rule pseudopair_stats:
     input:
         ex.pseudopair_stats_inputs(config),
     output:
-        stats=layout.pseudopair_stats(),
-        plot=layout.caption_use_plot(),
-        histogram=layout.similarity_histogram(),
+        stats=report(
+            layout.pseudopair_stats(), caption="../report/pseudopair_stats.rst", category="Pseudopairs"
+        ),
+        plot=report(layout.caption_use_plot(), caption="../report/caption_use.rst", category="Pseudopairs"),
+        histogram=report(
+            layout.similarity_histogram(), caption="../report/similarity.rst", category="Pseudopairs"
+        ),
     params:
         spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
     resources:
         mem_mb=mem_mb("pseudopair_stats"),
         runtime=runtime("pseudopair_stats"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("pseudopair_stats", "pseudopair_stats"),
     benchmark:
@@ -67,13 +83,15 @@ rule pseudopair_figure:
     input:
         ex.pseudopair_figure_inputs(config),
     output:
-        png=layout.pseudopair_figure("png"),
-        html=layout.pseudopair_figure("html"),
+        png=report(layout.pseudopair_figure("png"), caption="../report/figure1.rst", category="Pseudopairs"),
+        html=report(layout.pseudopair_figure("html"), caption="../report/figure1.rst", category="Pseudopairs"),
     params:
         spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
     resources:
         mem_mb=mem_mb("pseudopair_figure"),
         runtime=runtime("pseudopair_figure"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("pseudopair_figure", "pseudopair_examples"),
     benchmark:

@@ -1,11 +1,23 @@
 # The paper's tables: mean, standard deviation and n over seeds, with the published numbers.
 
+# Seconds of work each: run where Snakemake runs, never submitted to a cluster.
+localrules:
+    table,
+    tables_markdown,
+    training_curves,
+
+
 
 rule table:
     input:
         lambda w: ex.table_inputs(config, w.table),
     output:
-        layout.table("{table}"),
+        report(
+            layout.table("{table}"),
+            caption="../report/table.rst",
+            category="Tables",
+            labels={"table": "{table}"},
+        ),
     params:
         # YAML order kept: it orders Table 7's direction columns.
         spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
@@ -13,6 +25,8 @@ rule table:
     resources:
         mem_mb=mem_mb("table"),
         runtime=runtime("table"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("table", "{table}"),
     benchmark:
@@ -27,13 +41,15 @@ rule tables_markdown:
         tables=all_tables(),
         stats=[layout.pseudopair_stats()] if ex.pseudopair_sets(config) else [],
     output:
-        layout.tables_markdown(),
+        report(layout.tables_markdown(), caption="../report/tables_markdown.rst", category="Tables"),
     params:
         specs=as_json(config["tables"]),
         stats=lambda w, input: f"--pseudopair-stats {input.stats[0]}" if input.stats else "",
     resources:
         mem_mb=mem_mb("tables_markdown"),
         runtime=runtime("tables_markdown"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("tables_markdown", "tables"),
     benchmark:
@@ -47,13 +63,15 @@ rule training_curves:
     input:
         ex.training_logs(config),
     output:
-        layout.training_curves(),
+        report(layout.training_curves(), caption="../report/training_curves.rst", category="Training"),
     params:
         tables=as_json(config["tables"], sort_keys=False),
         seeds=" ".join(str(s) for s in config["seeds"]),
     resources:
         mem_mb=mem_mb("training_curves"),
         runtime=runtime("training_curves"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("training_curves", "training_curves"),
     benchmark:

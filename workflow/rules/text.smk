@@ -14,6 +14,8 @@ rule prepare_captions:
     resources:
         mem_mb=mem_mb("prepare_captions"),
         runtime=runtime("prepare_captions"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("prepare_captions", "{corpus}.{split}"),
     benchmark:
@@ -31,6 +33,8 @@ rule train_truecaser:
     resources:
         mem_mb=mem_mb("train_truecaser"),
         runtime=runtime("train_truecaser"),
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("train_truecaser", "{lang}"),
     benchmark:

@@ -18,6 +18,8 @@ rule train:
         mem_mb=mem_mb("train"),
         runtime=runtime("train"),
         gpu=GPU,
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("train", "{experiment}.seed{seed}"),
     benchmark:
@@ -42,6 +44,8 @@ rule evaluate:
         mem_mb=mem_mb("evaluate"),
         runtime=runtime("evaluate"),
         gpu=GPU,
+    conda:
+        "../../envs/steps.yaml"
     log:
         layout.log("evaluate", "{experiment}.seed{seed}"),
     benchmark:
