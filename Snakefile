@@ -27,6 +27,9 @@ from pseudopairs.config import check_config, load_schema
 configfile: REPO / "config" / "experiments.yaml"
 configfile: REPO / "config" / "config.yaml"
 
+# snakemake --report results/report.html: this description, then every output marked report().
+report: "workflow/report/workflow.rst"
+
 # Fails before any job runs, naming each wrong, missing or unknown key.
 check_config(config, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))
 
