@@ -16,9 +16,12 @@ REPO = Path(workflow.basedir)
 # module, pipx) can parse the workflow, and every job finds the same code, also inside a per-rule
 # conda environment (--sdm conda), which holds the third-party packages only.
 sys.path.insert(0, str(REPO / "src"))
-shell.prefix(f"export PYTHONPATH={shlex.quote(str(REPO / 'src'))}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
+shell.prefix(
+    f"export PYTHONPATH={shlex.quote(str(REPO / 'src'))}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+)
 
 from pseudopairs.config import check_config, load_schema
+
 
 # Data sets, experiments and tables are shared by every configuration; the demo world is the
 # default. Files given with --configfile (and --config values) are layered on top of both, in the
@@ -27,8 +30,10 @@ from pseudopairs.config import check_config, load_schema
 configfile: REPO / "config" / "experiments.yaml"
 configfile: REPO / "config" / "config.yaml"
 
+
 # snakemake --report results/report.html: this description, then every output marked report().
 report: "workflow/report/workflow.rst"
+
 
 # Fails before any job runs, naming each wrong, missing or unknown key.
 check_config(config, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))
@@ -48,9 +53,9 @@ onstart:
 
 
 rule all:
+    default_target: True
     input:
         all_tables(),
         layout.tables_markdown(),
         layout.training_curves(),
         pseudopair_outputs(),
-    default_target: True

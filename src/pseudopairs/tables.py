@@ -199,7 +199,7 @@ def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
     between sets."""
     def cell(values: pd.Series, paper, statistic: str) -> str:
         scale = 100.0 if statistic in _PERCENT else 1.0
-        m, sd, _ = summarise([float(v) * scale for v in values])
+        m, sd, _ = summarise([float(v) * scale for v in values if not pd.isna(v)])
         digits = 1 if scale == 100.0 else 2
         text = "–" if math.isnan(m) else f"{m:.{digits}f}"
         if not math.isnan(sd):

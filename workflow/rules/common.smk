@@ -56,7 +56,11 @@ def pseudopair_outputs():
     """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
     outputs = []
     if ex.pseudopair_sets(config):
-        outputs += [layout.pseudopair_stats(), layout.caption_use_plot(), layout.similarity_histogram()]
+        outputs += [
+            layout.pseudopair_stats(),
+            layout.caption_use_plot(),
+            layout.similarity_histogram(),
+        ]
     if config.get("pseudopair_stats", {}).get("figure"):
         outputs += [layout.pseudopair_figure("png"), layout.pseudopair_figure("html")]
     return outputs
@@ -78,7 +82,9 @@ def truecase_inputs(wildcards):
 def truecase_args(wildcards, input):
     if config["text"]["case"] != "truecase":
         return ""
-    return " ".join(f"--truecase-model {lang}={layout.truecase_model(lang)}" for lang in text_langs())
+    return " ".join(
+        f"--truecase-model {lang}={layout.truecase_model(lang)}" for lang in text_langs()
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -90,7 +96,9 @@ def multi30k_files(task, split):
     m30k = PAPER["multi30k"]
     if task == "task2":
         upstream = m30k["task2_splits"][split]
-        files = [f"task2/raw/{upstream}.{n}.{lang}.gz" for n in range(1, 6) for lang in ("en", "de")]
+        files = [
+            f"task2/raw/{upstream}.{n}.{lang}.gz" for n in range(1, 6) for lang in ("en", "de")
+        ]
         return files + [f"task2/image_splits/{upstream}_images.txt"]
     upstream = m30k["task1_splits"][split]
     files = [f"task1/raw/{upstream}.{lang}.gz" for lang in m30k["task1_langs"]]
@@ -151,14 +159,25 @@ def feature_image_inputs(wildcards):
 # Software
 
 
-JOB_MODULES = ("torch", "torchvision", "pandas", "pyarrow", "sacremoses", "ctranslate2", "matplotlib")
+JOB_MODULES = (
+    "torch",
+    "torchvision",
+    "pandas",
+    "pyarrow",
+    "sacremoses",
+    "ctranslate2",
+    "matplotlib",
+)
 
 
 def check_job_environment():
     """Jobs run ``python -m pseudopairs``. Unless each rule gets its own conda environment
     (--sdm conda), the ``python`` on PATH must have the workflow's packages: say so at the start
     instead of failing every job."""
-    if any(getattr(m, "name", str(m)).lower() == "conda" for m in workflow.deployment_settings.deployment_method):
+    if any(
+        getattr(m, "name", str(m)).lower() == "conda"
+        for m in workflow.deployment_settings.deployment_method
+    ):
         return
     python = shutil.which("python")
     probe = (
@@ -166,7 +185,11 @@ def check_job_environment():
         f"missing = [m for m in {JOB_MODULES!r} if importlib.util.find_spec(m) is None]; "
         "print(' '.join(missing)); sys.exit(1 if missing else 0)"
     )
-    result = subprocess.run([python or "python", "-c", probe], capture_output=True, text=True) if python else None
+    result = (
+        subprocess.run([python or "python", "-c", probe], capture_output=True, text=True)
+        if python
+        else None
+    )
     if result is None or result.returncode != 0:
         missing = result.stdout.strip() if result is not None else "python itself"
         raise WorkflowError(

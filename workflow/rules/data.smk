@@ -12,37 +12,41 @@ if WORLD:
             images=[layout.images(c, s) for c, has in WORLD_CORPORA.items() if has for s in SPLITS],
             manifest=f"{layout.RESULTS}/world/manifest.json",
             pngs=directory(f"{layout.RESULTS}/world/images"),
-        params:
-            # the parallel text has a rule of its own: changing it does not redraw the images
-            settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
-            root=lambda w, output: Path(output.manifest).parents[1],
-        resources:
-            mem_mb=mem_mb("world"),
-            runtime=runtime("world"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("world", "world"),
         benchmark:
             layout.benchmark("world", "world")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("world"),
+            runtime=runtime("world"),
+        params:
+            # the parallel text has a rule of its own: changing it does not redraw the images
+            settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
+            root=lambda w, output: Path(output.manifest).parents[1],
         shell:
             "python -m pseudopairs world --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
 
     rule world_parallel:
         output:
-            [layout.world_parallel_text(split, lang) for split in ("train", "val") for lang in ("en", "de")],
-        params:
-            settings=as_json(config["world"]),
-            root=lambda w, output: Path(output[0]).parents[2],
-        resources:
-            mem_mb=mem_mb("world_parallel"),
-            runtime=runtime("world_parallel"),
-        conda:
-            "../../envs/steps.yaml"
+            [
+                layout.world_parallel_text(split, lang)
+                for split in ("train", "val")
+                for lang in ("en", "de")
+            ],
         log:
             layout.log("world_parallel", "parallel"),
         benchmark:
             layout.benchmark("world_parallel", "parallel")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("world_parallel"),
+            runtime=runtime("world_parallel"),
+        params:
+            settings=as_json(config["world"]),
+            root=lambda w, output: Path(output[0]).parents[2],
         shell:
             "python -m pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
 
@@ -51,21 +55,21 @@ else:
     rule download_multi30k:
         output:
             f"{DOWNLOADS}/multi30k/{{path}}",
-        wildcard_constraints:
-            path="task[12]/(raw|image_splits)/[^/]+",
-        params:
-            url=multi30k_url,
-            sha256=lambda w: sha256_arg(multi30k_sha256(w.path)),
-            retries=PAPER["retries"],
-        resources:
-            mem_mb=mem_mb("download_multi30k"),
-            runtime=runtime("download_multi30k"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("download_multi30k", "{path}"),
         benchmark:
             layout.benchmark("download_multi30k", "{path}")
+        wildcard_constraints:
+            path="task[12]/(raw|image_splits)/[^/]+",
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("download_multi30k"),
+            runtime=runtime("download_multi30k"),
+        params:
+            url=multi30k_url,
+            sha256=lambda w: sha256_arg(multi30k_sha256(w.path)),
+            retries=PAPER["retries"],
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
@@ -76,19 +80,19 @@ else:
         output:
             captions=layout.raw_captions("m30k", "{split}"),
             images=layout.images("m30k", "{split}"),
-        params:
-            upstream=lambda w: PAPER["multi30k"]["task2_splits"][w.split],
-            images_dir=PAPER["flickr30k_images"],
-            root=f"{DOWNLOADS}/multi30k",
-        resources:
-            mem_mb=mem_mb("read_multi30k_task2"),
-            runtime=runtime("read_multi30k_task2"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("read_multi30k_task2", "{split}"),
         benchmark:
             layout.benchmark("read_multi30k_task2", "{split}")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("read_multi30k_task2"),
+            runtime=runtime("read_multi30k_task2"),
+        params:
+            upstream=lambda w: PAPER["multi30k"]["task2_splits"][w.split],
+            images_dir=PAPER["flickr30k_images"],
+            root=f"{DOWNLOADS}/multi30k",
         shell:
             "python -m pseudopairs read-multi30k --root {params.root} --task task2 --split {params.upstream} "
             "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
@@ -99,20 +103,20 @@ else:
             lambda w: multi30k_downloads("task1", w.split),
         output:
             captions=layout.raw_captions("m30k_task1", "{split}"),
+        log:
+            layout.log("read_multi30k_task1", "{split}"),
+        benchmark:
+            layout.benchmark("read_multi30k_task1", "{split}")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("read_multi30k_task1"),
+            runtime=runtime("read_multi30k_task1"),
         params:
             upstream=lambda w: PAPER["multi30k"]["task1_splits"][w.split],
             langs=",".join(PAPER["multi30k"]["task1_langs"]),
             images_dir=PAPER["flickr30k_images"],
             root=f"{DOWNLOADS}/multi30k",
-        resources:
-            mem_mb=mem_mb("read_multi30k_task1"),
-            runtime=runtime("read_multi30k_task1"),
-        conda:
-            "../../envs/steps.yaml"
-        log:
-            layout.log("read_multi30k_task1", "{split}"),
-        benchmark:
-            layout.benchmark("read_multi30k_task1", "{split}")
         shell:
             "python -m pseudopairs read-multi30k --root {params.root} --task task1 --split {params.upstream} "
             "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
@@ -121,19 +125,19 @@ else:
     rule download_karpathy:
         output:
             archive(f"{DOWNLOADS}/coco/caption_datasets.zip"),
-        params:
-            url=PAPER["coco"]["karpathy_url"],
-            sha256=sha256_arg(PAPER["coco"].get("karpathy_sha256")),
-            retries=PAPER["retries"],
-        resources:
-            mem_mb=mem_mb("download_karpathy"),
-            runtime=runtime("download_karpathy"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("download_karpathy", "caption_datasets"),
         benchmark:
             layout.benchmark("download_karpathy", "caption_datasets")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("download_karpathy"),
+            runtime=runtime("download_karpathy"),
+        params:
+            url=PAPER["coco"]["karpathy_url"],
+            sha256=sha256_arg(PAPER["coco"].get("karpathy_sha256")),
+            retries=PAPER["retries"],
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
@@ -143,36 +147,36 @@ else:
             f"{DOWNLOADS}/coco/caption_datasets.zip",
         output:
             directory(f"{DOWNLOADS}/coco/caption_datasets"),
-        resources:
-            mem_mb=mem_mb("extract_karpathy"),
-            runtime=runtime("extract_karpathy"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("extract_karpathy", "caption_datasets"),
         benchmark:
             layout.benchmark("extract_karpathy", "caption_datasets")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("extract_karpathy"),
+            runtime=runtime("extract_karpathy"),
         shell:
             "python -m pseudopairs extract --archive {input} --output {output} > {log} 2>&1"
 
     rule download_coco_images:
         output:
             archive(f"{DOWNLOADS}/coco/{{part}}.zip"),
-        wildcard_constraints:
-            part="train2014|val2014",
-        params:
-            url=lambda w: PAPER["coco"]["images"][w.part]["url"],
-            sha256=lambda w: sha256_arg(PAPER["coco"]["images"][w.part].get("sha256")),
-            retries=PAPER["retries"],
-        resources:
-            mem_mb=mem_mb("download_coco_images"),
-            runtime=runtime("download_coco_images"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("download_coco_images", "{part}"),
         benchmark:
             layout.benchmark("download_coco_images", "{part}")
+        wildcard_constraints:
+            part="train2014|val2014",
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("download_coco_images"),
+            runtime=runtime("download_coco_images"),
+        params:
+            url=lambda w: PAPER["coco"]["images"][w.part]["url"],
+            sha256=lambda w: sha256_arg(PAPER["coco"]["images"][w.part].get("sha256")),
+            retries=PAPER["retries"],
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
             "--retries {params.retries} > {log} 2>&1"
@@ -182,19 +186,19 @@ else:
             f"{DOWNLOADS}/coco/{{part}}.zip",
         output:
             directory(f"{DOWNLOADS}/coco/images/{{part}}"),
-        wildcard_constraints:
-            part="train2014|val2014",
-        params:
-            parent=lambda w, output: Path(output[0]).parent,
-        resources:
-            mem_mb=mem_mb("extract_coco_images"),
-            runtime=runtime("extract_coco_images"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("extract_coco_images", "{part}"),
         benchmark:
             layout.benchmark("extract_coco_images", "{part}")
+        wildcard_constraints:
+            part="train2014|val2014",
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("extract_coco_images"),
+            runtime=runtime("extract_coco_images"),
+        params:
+            parent=lambda w, output: Path(output[0]).parent,
         shell:
             # the zip holds a top-level {part}/ folder
             "python -m pseudopairs extract --archive {input} --output {params.parent}/.{wildcards.part}.unpacked "
@@ -207,18 +211,18 @@ else:
         output:
             captions=layout.raw_captions("coco", "{split}"),
             images=layout.images("coco", "{split}"),
-        params:
-            images_dir=f"{DOWNLOADS}/coco/images",
-            max_captions=PAPER["coco"].get("max_captions", 5),
-        resources:
-            mem_mb=mem_mb("read_coco"),
-            runtime=runtime("read_coco"),
-        conda:
-            "../../envs/steps.yaml"
         log:
             layout.log("read_coco", "{split}"),
         benchmark:
             layout.benchmark("read_coco", "{split}")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("read_coco"),
+            runtime=runtime("read_coco"),
+        params:
+            images_dir=f"{DOWNLOADS}/coco/images",
+            max_captions=PAPER["coco"].get("max_captions", 5),
         shell:
             "python -m pseudopairs read-coco --karpathy-json {input}/dataset_coco.json --split {wildcards.split} "
             "--images-dir {params.images_dir} --max-captions {params.max_captions} "

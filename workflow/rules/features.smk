@@ -7,19 +7,19 @@ rule features:
     output:
         features=layout.features("{corpus}", "{split}", FMT),
         skipped=layout.skipped_images("{corpus}", "{split}"),
-    params:
-        settings=as_json(config["features"]),
+    log:
+        layout.log("features", "{corpus}.{split}"),
+    benchmark:
+        layout.benchmark("features", "{corpus}.{split}")
+    conda:
+        "../../envs/steps.yaml"
     threads: config["features"]["workers"] + (config["features"].get("threads") or 1)
     resources:
         mem_mb=mem_mb("features"),
         runtime=runtime("features"),
         gpu=GPU,
-    conda:
-        "../../envs/steps.yaml"
-    log:
-        layout.log("features", "{corpus}.{split}"),
-    benchmark:
-        layout.benchmark("features", "{corpus}.{split}")
+    params:
+        settings=as_json(config["features"]),
     shell:
         "python -m pseudopairs features --images {input.images} --output {output.features} "
         "--skipped {output.skipped} --settings {params.settings:q} > {log} 2>&1"

@@ -2,6 +2,7 @@
 # filter it at a similarity percentile into a caption table, and describe the sets (statistics,
 # caption-use plot, Figure 1).
 
+
 # Seconds of work each: run where Snakemake runs, never submitted to a cluster.
 localrules:
     pseudopair_captions,
@@ -15,19 +16,19 @@ rule mine:
     output:
         pairs=layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
         stats=layout.pseudopair_mining_stats("{pseudopairs}", "{seed}"),
-    params:
-        spec=lambda w: as_json(ex.mining_spec(config, w.pseudopairs, int(w.seed))),
+    log:
+        layout.log("mine", "{pseudopairs}.seed{seed}"),
+    benchmark:
+        layout.benchmark("mine", "{pseudopairs}.seed{seed}")
+    conda:
+        "../../envs/steps.yaml"
     threads: config["mining"]["threads"]
     resources:
         mem_mb=mem_mb("mine"),
         runtime=runtime("mine"),
         gpu=GPU,
-    conda:
-        "../../envs/steps.yaml"
-    log:
-        layout.log("mine", "{pseudopairs}.seed{seed}"),
-    benchmark:
-        layout.benchmark("mine", "{pseudopairs}.seed{seed}")
+    params:
+        spec=lambda w: as_json(ex.mining_spec(config, w.pseudopairs, int(w.seed))),
     shell:
         "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs} "
         "--stats {output.stats} > {log} 2>&1"
@@ -38,15 +39,15 @@ rule pseudopair_captions:
         layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
     output:
         layout.pseudopair_captions("{pseudopairs}", "{seed}", "{percentile}"),
-    resources:
-        mem_mb=mem_mb("pseudopair_captions"),
-        runtime=runtime("pseudopair_captions"),
-    conda:
-        "../../envs/steps.yaml"
     log:
         layout.log("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}"),
     benchmark:
         layout.benchmark("pseudopair_captions", "{pseudopairs}.seed{seed}.p{percentile}")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("pseudopair_captions"),
+        runtime=runtime("pseudopair_captions"),
     shell:
         "python -m pseudopairs pseudopair-captions --pairs {input} --min-percentile {wildcards.percentile} "
         "--output {output} > {log} 2>&1"
@@ -57,23 +58,29 @@ rule pseudopair_stats:
         ex.pseudopair_stats_inputs(config),
     output:
         stats=report(
-            layout.pseudopair_stats(), caption="../report/pseudopair_stats.rst", category="Pseudopairs"
+            layout.pseudopair_stats(),
+            caption="../report/pseudopair_stats.rst",
+            category="Pseudopairs",
         ),
-        plot=report(layout.caption_use_plot(), caption="../report/caption_use.rst", category="Pseudopairs"),
+        plot=report(
+            layout.caption_use_plot(), caption="../report/caption_use.rst", category="Pseudopairs"
+        ),
         histogram=report(
-            layout.similarity_histogram(), caption="../report/similarity.rst", category="Pseudopairs"
+            layout.similarity_histogram(),
+            caption="../report/similarity.rst",
+            category="Pseudopairs",
         ),
-    params:
-        spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
-    resources:
-        mem_mb=mem_mb("pseudopair_stats"),
-        runtime=runtime("pseudopair_stats"),
-    conda:
-        "../../envs/steps.yaml"
     log:
         layout.log("pseudopair_stats", "pseudopair_stats"),
     benchmark:
         layout.benchmark("pseudopair_stats", "pseudopair_stats")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("pseudopair_stats"),
+        runtime=runtime("pseudopair_stats"),
+    params:
+        spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats} "
         "--plot {output.plot} --histogram {output.histogram} > {log} 2>&1"
@@ -83,19 +90,27 @@ rule pseudopair_figure:
     input:
         ex.pseudopair_figure_inputs(config),
     output:
-        png=report(layout.pseudopair_figure("png"), caption="../report/figure1.rst", category="Pseudopairs"),
-        html=report(layout.pseudopair_figure("html"), caption="../report/figure1.rst", category="Pseudopairs"),
-    params:
-        spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
-    resources:
-        mem_mb=mem_mb("pseudopair_figure"),
-        runtime=runtime("pseudopair_figure"),
-    conda:
-        "../../envs/steps.yaml"
+        png=report(
+            layout.pseudopair_figure("png"),
+            caption="../report/figure1.rst",
+            category="Pseudopairs",
+        ),
+        html=report(
+            layout.pseudopair_figure("html"),
+            caption="../report/figure1.rst",
+            category="Pseudopairs",
+        ),
     log:
         layout.log("pseudopair_figure", "pseudopair_examples"),
     benchmark:
         layout.benchmark("pseudopair_figure", "pseudopair_examples")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("pseudopair_figure"),
+        runtime=runtime("pseudopair_figure"),
+    params:
+        spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png} "
         "--html {output.html} > {log} 2>&1"

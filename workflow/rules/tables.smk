@@ -1,11 +1,11 @@
 # The paper's tables: mean, standard deviation and n over seeds, with the published numbers.
 
+
 # Seconds of work each: run where Snakemake runs, never submitted to a cluster.
 localrules:
     table,
     tables_markdown,
     training_curves,
-
 
 
 rule table:
@@ -18,19 +18,19 @@ rule table:
             category="Tables",
             labels={"table": "{table}"},
         ),
-    params:
-        # YAML order kept: it orders Table 7's direction columns.
-        spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
-        seeds=" ".join(str(s) for s in config["seeds"]),
-    resources:
-        mem_mb=mem_mb("table"),
-        runtime=runtime("table"),
-    conda:
-        "../../envs/steps.yaml"
     log:
         layout.log("table", "{table}"),
     benchmark:
         layout.benchmark("table", "{table}")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("table"),
+        runtime=runtime("table"),
+    params:
+        # YAML order kept: it orders Table 7's direction columns.
+        spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
+        seeds=" ".join(str(s) for s in config["seeds"]),
     shell:
         "python -m pseudopairs table --name {wildcards.table} --spec {params.spec:q} --seeds {params.seeds} "
         "--output {output} > {log} 2>&1"
@@ -42,18 +42,18 @@ rule tables_markdown:
         stats=[layout.pseudopair_stats()] if ex.pseudopair_sets(config) else [],
     output:
         report(layout.tables_markdown(), caption="../report/tables_markdown.rst", category="Tables"),
-    params:
-        specs=as_json(config["tables"]),
-        stats=lambda w, input: f"--pseudopair-stats {input.stats[0]}" if input.stats else "",
-    resources:
-        mem_mb=mem_mb("tables_markdown"),
-        runtime=runtime("tables_markdown"),
-    conda:
-        "../../envs/steps.yaml"
     log:
         layout.log("tables_markdown", "tables"),
     benchmark:
         layout.benchmark("tables_markdown", "tables")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("tables_markdown"),
+        runtime=runtime("tables_markdown"),
+    params:
+        specs=as_json(config["tables"]),
+        stats=lambda w, input: f"--pseudopair-stats {input.stats[0]}" if input.stats else "",
     shell:
         "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output} "
         "{params.stats} {input.tables} > {log} 2>&1"
@@ -63,19 +63,21 @@ rule training_curves:
     input:
         ex.training_logs(config),
     output:
-        report(layout.training_curves(), caption="../report/training_curves.rst", category="Training"),
-    params:
-        tables=as_json(config["tables"], sort_keys=False),
-        seeds=" ".join(str(s) for s in config["seeds"]),
-    resources:
-        mem_mb=mem_mb("training_curves"),
-        runtime=runtime("training_curves"),
-    conda:
-        "../../envs/steps.yaml"
+        report(
+            layout.training_curves(), caption="../report/training_curves.rst", category="Training"
+        ),
     log:
         layout.log("training_curves", "training_curves"),
     benchmark:
         layout.benchmark("training_curves", "training_curves")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("training_curves"),
+        runtime=runtime("training_curves"),
+    params:
+        tables=as_json(config["tables"], sort_keys=False),
+        seeds=" ".join(str(s) for s in config["seeds"]),
     shell:
         "python -m pseudopairs training-curves --tables {params.tables:q} --seeds {params.seeds} "
         "--output {output} > {log} 2>&1"

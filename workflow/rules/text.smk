@@ -8,18 +8,18 @@ rule prepare_captions:
         truecase=truecase_inputs,
     output:
         layout.captions("{corpus}", "{split}"),
-    params:
-        case=config["text"]["case"],
-        truecase=truecase_args,
-    resources:
-        mem_mb=mem_mb("prepare_captions"),
-        runtime=runtime("prepare_captions"),
-    conda:
-        "../../envs/steps.yaml"
     log:
         layout.log("prepare_captions", "{corpus}.{split}"),
     benchmark:
         layout.benchmark("prepare_captions", "{corpus}.{split}")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("prepare_captions"),
+        runtime=runtime("prepare_captions"),
+    params:
+        case=config["text"]["case"],
+        truecase=truecase_args,
     shell:
         "python -m pseudopairs prepare-captions --input {input.raw} --output {output} "
         "--case {params.case} {params.truecase} > {log} 2>&1"
@@ -30,14 +30,14 @@ rule train_truecaser:
         [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)],
     output:
         layout.truecase_model("{lang}"),
-    resources:
-        mem_mb=mem_mb("train_truecaser"),
-        runtime=runtime("train_truecaser"),
-    conda:
-        "../../envs/steps.yaml"
     log:
         layout.log("train_truecaser", "{lang}"),
     benchmark:
         layout.benchmark("train_truecaser", "{lang}")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("train_truecaser"),
+        runtime=runtime("train_truecaser"),
     shell:
         "python -m pseudopairs train-truecaser --input {input} --lang {wildcards.lang} --output {output} > {log} 2>&1"

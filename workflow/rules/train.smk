@@ -9,21 +9,21 @@ rule train:
         checkpoint=layout.checkpoint("{experiment}", "{seed}"),
         vocab=layout.model_vocabulary("{experiment}", "{seed}"),
         log=layout.train_log("{experiment}", "{seed}"),
-    params:
-        spec=lambda w: as_json(ex.training_spec(config, w.experiment, int(w.seed))),
-        settings=lambda w: as_json(ex.training_settings(config, w.experiment)),
-        out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
+    log:
+        layout.log("train", "{experiment}.seed{seed}"),
+    benchmark:
+        layout.benchmark("train", "{experiment}.seed{seed}")
+    conda:
+        "../../envs/steps.yaml"
     threads: config["training"]["threads"]
     resources:
         mem_mb=mem_mb("train"),
         runtime=runtime("train"),
         gpu=GPU,
-    conda:
-        "../../envs/steps.yaml"
-    log:
-        layout.log("train", "{experiment}.seed{seed}"),
-    benchmark:
-        layout.benchmark("train", "{experiment}.seed{seed}")
+    params:
+        spec=lambda w: as_json(ex.training_spec(config, w.experiment, int(w.seed))),
+        settings=lambda w: as_json(ex.training_settings(config, w.experiment)),
+        out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     shell:
         "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
         "--out-dir {params.out_dir} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
@@ -34,22 +34,22 @@ rule evaluate:
         lambda w: ex.evaluation_inputs(config, w.experiment, int(w.seed)),
     output:
         layout.metrics("{experiment}", "{seed}"),
-    params:
-        spec=as_json(ex.evaluation_spec(config)),
-        checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
-        vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
-        device=config["training"]["device"],
+    log:
+        layout.log("evaluate", "{experiment}.seed{seed}"),
+    benchmark:
+        layout.benchmark("evaluate", "{experiment}.seed{seed}")
+    conda:
+        "../../envs/steps.yaml"
     threads: config["training"]["threads"]
     resources:
         mem_mb=mem_mb("evaluate"),
         runtime=runtime("evaluate"),
         gpu=GPU,
-    conda:
-        "../../envs/steps.yaml"
-    log:
-        layout.log("evaluate", "{experiment}.seed{seed}"),
-    benchmark:
-        layout.benchmark("evaluate", "{experiment}.seed{seed}")
+    params:
+        spec=as_json(ex.evaluation_spec(config)),
+        checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
+        vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
+        device=config["training"]["device"],
     shell:
         "python -m pseudopairs evaluate --checkpoint {params.checkpoint} --vocab {params.vocab} "
         "--spec {params.spec:q} --experiment {wildcards.experiment} --seed {wildcards.seed} "
