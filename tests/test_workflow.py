@@ -192,3 +192,25 @@ def test_downloads_and_light_steps_never_go_to_a_cluster(tmp_path):
             "tables_markdown", "training_curves", "pseudopair_captions", "pseudopair_stats",
             "pseudopair_figure"} <= local
     assert not {"train", "features", "evaluate", "mine"} & local
+
+
+@pytest.mark.parametrize("configfiles", [[], ["config/paper.yaml"]])
+def test_snakemake_lint_is_clean(tmp_path, configfiles):
+    extra = ["--configfile", *[str(REPO / c) for c in configfiles]] if configfiles else []
+    result = run_snakemake(tmp_path, "--lint", *extra)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
+
+
+def test_snakefmt_leaves_the_workflow_unchanged():
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("snakefmt")
+    if not exe.exists() and not shutil.which("snakefmt"):
+        pytest.skip("snakefmt is not installed (pip install -e '.[lint]')")
+    result = subprocess.run([str(exe if exe.exists() else "snakefmt"), "--check", "Snakefile", "workflow"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
