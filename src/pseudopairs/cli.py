@@ -19,6 +19,7 @@ STEP_MODULES = [
     "text",
     "vocab",
     "features",
+    "translation",
     "training",
     "evaluation",
     "metrics",
