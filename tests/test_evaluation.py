@@ -302,6 +302,12 @@ def test_bad_inputs_are_reported():
         call(caption_embeddings=captions[:0], caption_image_index=index[:0])
     with pytest.raises(ValueError, match="must be a translation pair"):
         ev.translation_retrieval(source_embeddings=captions, target_embeddings=images)
+    with pytest.raises(ValueError, match="image_embeddings: values too large for float32"):
+        call(image_embeddings=images.astype(np.float64) * 1e300)
+    with pytest.raises(ValueError, match="source_embeddings: contains NaN"):
+        bad = captions.copy()
+        bad[0, 0] = np.inf
+        ev.translation_retrieval(source_embeddings=bad, target_embeddings=captions)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,7 +120,8 @@ def test_error_bounds_hold_and_scale():
     e = sim.gemm_relative_error(1024)
     assert 1024 * sim.U32 < e < 1.01 * 1026 * sim.U32  # γ_1024 plus two input roundings
     assert sim.gemm_relative_error(1024, input_unit=sim.TF32_UNIT) > 2 * sim.TF32_UNIT
-    assert sim.matmul_input_unit("cpu") == sim.U32
+    assert sim.matmul_input_unit("cpu") == 0.0
+    assert sim.matmul_input_unit(torch.device("cpu")) == 0.0  # torch default: "highest" precision
     rng = np.random.default_rng(3)
     for dim in (3, 64, 700):
         q = sim.unit_rows(rng.standard_normal((50, dim)), name="q")
@@ -231,6 +232,9 @@ def test_mask_counts():
     np.testing.assert_array_equal(sim.count_true_cols(m), m.sum(axis=0))
     m[:] = True  # 255 per column: the largest a byte lane may hold
     np.testing.assert_array_equal(sim.count_true_cols(m), np.full(64, 255))
+    wide = np.ones((3, 8 * 3136), dtype=bool)  # rows summed in groups of 196 words
+    wide[1, ::3] = False
+    np.testing.assert_array_equal(sim.count_true_rows(wide), wide.sum(axis=1))
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=["numpy", "torch"])

@@ -55,8 +55,10 @@ from pseudopairs.similarity import (
     DenseRows,
     ThresholdCounter,
     _gather,
+    U32,
     _np,
     block_shape,
+    combine_units,
     dot64_pairs,
     dot64_relative_error,
     gemm_relative_error,
@@ -108,8 +110,9 @@ def _to_numpy(x: Any, name: str) -> np.ndarray:
         raise ValueError(f"{name}: cannot be read as an array ({err})") from err
 
 
-def _check_embeddings(x: Any, name: str) -> tuple[int, int]:
-    """Validate a 2-D finite numeric matrix; return its shape (without copying torch tensors)."""
+def _check_embeddings(x: Any, name: str, *, finite: bool = True) -> tuple[int, int]:
+    """Validate a 2-D finite numeric matrix; return its shape (without copying torch tensors).
+    ``finite=False`` leaves the finiteness of numpy input to :func:`_embeddings` (one pass less)."""
     if isinstance(x, torch.Tensor):
         if x.ndim != 2:
             raise ValueError(f"{name}: expected a 2-D matrix (rows × dims), got shape {tuple(x.shape)}")
@@ -123,7 +126,7 @@ def _check_embeddings(x: Any, name: str) -> tuple[int, int]:
         raise ValueError(f"{name}: expected a 2-D matrix (rows × dims), got shape {arr.shape}")
     if arr.dtype.kind not in "iuf":
         raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
-    if arr.dtype.kind == "f" and arr.size and not (np.isfinite(arr.min()) and np.isfinite(arr.max())):
+    if finite and arr.dtype.kind == "f" and arr.size and not (np.isfinite(arr.min()) and np.isfinite(arr.max())):
         raise ValueError(f"{name}: contains NaN or infinite values")  # min/max propagate NaN
     return int(arr.shape[0]), int(arr.shape[1])
 
@@ -151,10 +154,11 @@ def _validate_retrieval_inputs(
     caption_image_index: Any,
     *,
     names: tuple[str, str, str] = ("image_embeddings", "caption_embeddings", "caption_image_index"),
+    finite: bool = True,
 ) -> np.ndarray:
     """Check the three inputs; return the caption→image index as int64 numpy."""
-    n_img, d_img = _check_embeddings(image_embeddings, names[0])
-    n_cap, d_cap = _check_embeddings(caption_embeddings, names[1])
+    n_img, d_img = _check_embeddings(image_embeddings, names[0], finite=finite)
+    n_cap, d_cap = _check_embeddings(caption_embeddings, names[1], finite=finite)
     if n_img == 0:
         raise ValueError(f"{names[0]}: no images (0 rows)")
     if n_cap == 0:
@@ -167,10 +171,11 @@ def _validate_retrieval_inputs(
 
 
 def _validate_translation_inputs(
-    source: Any, target: Any, *, names: tuple[str, str] = ("source_embeddings", "target_embeddings")
+    source: Any, target: Any, *, names: tuple[str, str] = ("source_embeddings", "target_embeddings"),
+    finite: bool = True,
 ) -> None:
-    n_src, d_src = _check_embeddings(source, names[0])
-    n_tgt, d_tgt = _check_embeddings(target, names[1])
+    n_src, d_src = _check_embeddings(source, names[0], finite=finite)
+    n_tgt, d_tgt = _check_embeddings(target, names[1], finite=finite)
     if n_src == 0:
         raise ValueError(f"{names[0]}: no sentences (0 rows)")
     if (n_src, d_src) != (n_tgt, d_tgt):
@@ -190,19 +195,24 @@ class _Embeddings(NamedTuple):
     norm: np.ndarray
 
 
-def _embeddings(x: Any, device: Any) -> _Embeddings:
-    raw = _to_numpy(x, "embeddings")
+def _embeddings(x: Any, device: Any, name: str = "embeddings") -> _Embeddings:
+    raw = _to_numpy(x, name)
     if uses_torch(device):
         src = x.detach() if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(raw))
         gemm = src.to(device=device, dtype=torch.float32).contiguous()
         squares = (gemm * gemm).sum(dim=1).double().cpu().numpy()
     else:
-        gemm = np.ascontiguousarray(raw, dtype=np.float32)
-        squares = np.einsum("ij,ij->i", gemm, gemm).astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):  # detected just below
+            gemm = np.ascontiguousarray(raw, dtype=np.float32)
+            squares = np.einsum("ij,ij->i", gemm, gemm).astype(np.float64)
     # float32 sum of squares of float32-rounded rows: relative error ≤ γ_{d+3} (rows rounded,
     # squared, summed), plus what underflow can lose; rounded up generously.
     dim = raw.shape[1]
     inflate = 1.0 + 2.0 * gemm_relative_error(dim + 2)
+    if not np.isfinite(squares).all():  # NaN/inf propagate into the sums of squares
+        if raw.dtype.kind == "f" and not np.isfinite(raw).all():
+            raise ValueError(f"{name}: contains NaN or infinite values")
+        raise ValueError(f"{name}: values too large for float32 scoring; rescale the embeddings")
     norm = np.sqrt((squares + dim * 2.0**-126) * inflate) * (1.0 + 2.0**-20)
     return _Embeddings(raw, gemm, norm)
 
@@ -263,7 +273,9 @@ def _exact_rank_counts(
     n_img, n_cap = images.raw.shape[0], captions.raw.shape[0]
     dim = images.raw.shape[1]
     rows, _ = block_shape(n_img, n_cap, rows=block_rows, cols=n_cap)
-    rel = gemm_relative_error(dim, input_unit=matmul_input_unit(device)) + dot64_relative_error(dim)
+    # inputs rounded to float32 (unless they are float32), then whatever the matmul itself rounds
+    unit = combine_units(U32, matmul_input_unit(device))
+    rel = gemm_relative_error(dim, input_unit=unit) + dot64_relative_error(dim)
     slack = underflow_slack(dim, x_absmax=float(images.norm.max()), y_absmax=float(captions.norm.max()))
     scale = 2.0 * rel * (1.0 + 2.0**-20)
     w_img = scale * images.norm * captions.norm.max() + 2.0 * slack
@@ -351,7 +363,7 @@ def retrieval_ranks(
     numpy/OpenBLAS does the GEMM). ``block_size``: image rows per score block (default: as many as
     keep a block ≤ 2**25 scores, e.g. all 1,000 × 5,000 at once; 5,000 × 25,000 goes in 4 blocks).
     """
-    index = _validate_retrieval_inputs(image_embeddings, caption_embeddings, caption_image_index)
+    index = _validate_retrieval_inputs(image_embeddings, caption_embeddings, caption_image_index, finite=False)
     dev = resolve_device(device, image_embeddings, caption_embeddings)
     return _retrieval_ranks_on(image_embeddings, caption_embeddings, index, device=dev,
                                block_size=block_size, progress=progress)
@@ -363,8 +375,8 @@ def _retrieval_ranks_on(image_embeddings, caption_embeddings, index, *, device, 
     which may be the CPU, to test the torch code without a GPU); inputs already validated."""
     if block_size is not None and int(block_size) < 1:
         raise ValueError(f"block_size must be a positive number of rows, got {block_size}")
-    images = _embeddings(image_embeddings, device)
-    captions = _embeddings(caption_embeddings, device)
+    images = _embeddings(image_embeddings, device, "image_embeddings")
+    captions = _embeddings(caption_embeddings, device, "caption_embeddings")
     with torch.no_grad():
         i2t_all, t2i = _exact_rank_counts(images, captions, index, device=device, block_rows=block_size,
                                           columns=True, progress=progress)
@@ -506,7 +518,7 @@ def translation_ranks(
 ) -> np.ndarray:
     """0-based rank of target row i among all targets for source row i (exact strictly-higher
     rule of the module docstring; one blocked pass over source rows)."""
-    _validate_translation_inputs(source_embeddings, target_embeddings)
+    _validate_translation_inputs(source_embeddings, target_embeddings, finite=False)
     dev = resolve_device(device, source_embeddings, target_embeddings)
     return _translation_ranks_on(source_embeddings, target_embeddings, device=dev, block_size=block_size)
 
@@ -514,8 +526,8 @@ def translation_ranks(
 def _translation_ranks_on(source_embeddings, target_embeddings, *, device, block_size=None) -> np.ndarray:
     if block_size is not None and int(block_size) < 1:
         raise ValueError(f"block_size must be a positive number of rows, got {block_size}")
-    source = _embeddings(source_embeddings, device)
-    target = _embeddings(target_embeddings, device)
+    source = _embeddings(source_embeddings, device, "source_embeddings")
+    target = _embeddings(target_embeddings, device, "target_embeddings")
     n = source.raw.shape[0]
     with torch.no_grad():
         ranks, _ = _exact_rank_counts(source, target, np.arange(n), device=device, block_rows=block_size,

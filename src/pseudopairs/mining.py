@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from pseudopairs.similarity import (
+    DEFAULT_BLOCK_ELEMENTS,
     U32,
     ColumnLogSumExp,
     UnitRows,
@@ -86,6 +87,8 @@ log = logging.getLogger(__name__)
 CRITERIA = ("cosine", "csls", "inverted_softmax", "margin", "mutual")
 DEFAULT_K = {"csls": 10, "margin": 4}
 DEFAULT_BETA = 30.0
+CUDA_BLOCK_ROWS = 8192  # default query rows per block on a GPU
+CUDA_BLOCK_ELEMENTS = 1 << 27  # default scores per block on a GPU (512 MiB of float32)
 _SLACK = 2.0**-40  # relative room for float64 formula rearrangements between estimate and exact value
 
 
@@ -251,7 +254,8 @@ def nearest_neighbours(queries, database, *, criterion="cosine", k=None, beta=No
     criterion is a ValueError. ``device``: None (a CUDA tensor input's device, else the CPU),
     ``"cpu"`` (numpy/OpenBLAS float32 GEMM) or a CUDA device (torch; the float64 rescoring stays
     on the CPU). ``block_size``: query rows per score block, or ``(query rows, database rows)``
-    (default: 2048 query rows × as many database rows as keep a block ≤ 2**25 scores).
+    (default: 2048 query rows × as many database rows as keep a block ≤ 2**25 scores on the CPU,
+    8192 × ≤ 2**27 scores on a GPU).
 
     Returns ``(indices, scores)`` as numpy: ``indices`` int64 (n,) — database row per query
     (−1 where ``mutual`` rejects it); ``scores`` float32 (n,) — the criterion's value (NaN where
@@ -264,7 +268,10 @@ def nearest_neighbours(queries, database, *, criterion="cosine", k=None, beta=No
     q, d = _inputs(queries, database, threads)
     k, beta = _check_criterion(criterion, k, beta, q.n, d.n)
     rows_wanted, cols_wanted = _block_args(block_size)
-    rows, cols = block_shape(q.n, d.n, rows=rows_wanted, cols=cols_wanted)
+    if uses_torch(dev) and rows_wanted is None:  # a GPU wants bigger GEMMs than a CPU
+        rows_wanted = min(q.n, CUDA_BLOCK_ROWS)
+    budget = CUDA_BLOCK_ELEMENTS if uses_torch(dev) else DEFAULT_BLOCK_ELEMENTS
+    rows, cols = block_shape(q.n, d.n, rows=rows_wanted, cols=cols_wanted, budget=budget)
     return _search(q, d, criterion=criterion, k=k, beta=beta, device=dev, rows=rows, cols=cols,
                    progress=progress, threads=threads)
 
@@ -274,7 +281,7 @@ def _search(q: UnitRows, d: UnitRows, *, criterion: str, k, beta, device, rows: 
     """:func:`nearest_neighbours` on prepared rows and an engine device (``"cpu"`` = numpy, or a
     ``torch.device``, which may be the CPU to test the torch code)."""
     n, m = q.n, d.n
-    E = cosine_error_bound(q.dim, input_unit=matmul_input_unit(device))
+    E = cosine_error_bound(q.dim, matmul_unit=matmul_input_unit(device))
     window = 2.0 * E * (1.0 + 2.0**-20)
     source = UnitRowSource(q, device)
     db = database32(d, device)

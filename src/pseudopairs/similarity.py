@@ -77,8 +77,17 @@ def gamma(n: int, unit: float) -> float:
 
 def gemm_relative_error(dim: int, *, input_unit: float = U32) -> float:
     """``e`` with ``|S32 − x·y| ≤ e·Σ_j|x_j y_j|`` (+ :func:`underflow_slack`) for one float32 GEMM
-    entry of rows first rounded with unit ``input_unit`` and accumulated in float32, any order."""
+    entry of rows each of whose elements carries a relative rounding error ≤ ``input_unit``
+    (against x and y), accumulated in float32 in any order (FMA or not)."""
     return (1.0 + input_unit) ** 2 * (1.0 + gamma(dim, U32)) - 1.0
+
+
+def combine_units(*units: float) -> float:
+    """Relative error bound of successive roundings: ``Π(1 + u) − 1``."""
+    total = 1.0
+    for unit in units:
+        total *= 1.0 + unit
+    return total - 1.0
 
 
 def dot64_relative_error(dim: int) -> float:
@@ -91,28 +100,39 @@ def underflow_slack(dim: int, *, x_absmax: float = 1.0, y_absmax: float = 1.0) -
     return 2.0 * (dim + 2) * MIN_NORMAL32 * max(1.0, x_absmax) * max(1.0, y_absmax)
 
 
-def cosine_error_bound(dim: int, *, input_unit: float = U32) -> float:
-    """``E`` with ``|S32 − cos64| ≤ E`` for a float32 GEMM entry of float32-rounded unit rows
-    (rows normalised in float64, see :func:`unit_block32`) and the float64 cosine :func:`cosine64_pairs`.
+def normalisation_unit(dim: int) -> float:
+    """Relative error of each element of :func:`unit_block32` against the exact unit row: the
+    float64 norm (≤ (d/2 + 2)·2**-53), the float64 scale factor, and two float32 roundings (the
+    factor, and the product — or the float64 product rounded to float32)."""
+    return 2.0 * U32 + (dim + 8) * U64
 
-    Terms: the GEMM bound with the inputs' rounding (the float64 normalisation adds at most
-    ``(d + 8)·2**-53`` relative to each element, folded into ``u_in``), the float64 cosine's own
-    error (``≤ (2d + 10)·2**-53``) and float32 underflow.
+
+def cosine_error_bound(dim: int, *, matmul_unit: float = 0.0) -> float:
+    """``E`` with ``|S32 − cos64| ≤ E`` for a float32 GEMM entry of two :func:`unit_block32` rows
+    and the float64 cosine :func:`cosine64_pairs` of the same rows. ``matmul_unit``: the
+    rounding the matmul itself applies to its float32 inputs (:func:`matmul_input_unit`).
+
+    Terms: the GEMM bound with every input element's relative error (normalisation, then the
+    matmul's own rounding), the float64 cosine's own error (``≤ (2d + 10)·2**-53``) and float32
+    underflow (``Σ|x_j y_j| ≤ ‖x‖·‖y‖ = 1`` for unit rows).
     """
-    unit = input_unit + (dim + 8) * U64
+    unit = combine_units(normalisation_unit(dim), matmul_unit)
     return gemm_relative_error(dim, input_unit=unit) + (2 * dim + 10) * U64 + underflow_slack(dim)
 
 
 def matmul_input_unit(device: Any) -> float:
-    """Unit roundoff of the inputs a float32 matmul really uses on ``device`` (see module doc)."""
+    """Relative rounding a float32 matmul applies to its float32 inputs on ``device``: 0 for
+    numpy/OpenBLAS (true float32); on torch devices read from torch's float32 matmul
+    precision: ``2**-11`` when TF32 may be used, ``2**-8`` when bfloat16 may be (and when the
+    setting cannot be read)."""
     if not uses_torch(device):
-        return U32  # numpy/OpenBLAS: true float32
+        return 0.0
     try:
         import torch
 
         precision = torch.get_float32_matmul_precision()
         if precision == "highest" and not torch.backends.cuda.matmul.allow_tf32:
-            return U32
+            return 0.0
         return TF32_UNIT if precision in ("highest", "high") else BF16_UNIT
     except Exception:  # noqa: BLE001 - unknown torch API: assume the least precise option
         return BF16_UNIT
@@ -274,22 +294,31 @@ def check_matrix(x: Any, name: str) -> np.ndarray:
 def unit_rows(x: Any, *, name: str, threads: int = 1, checked: bool = False) -> UnitRows:
     """Validate ``x`` (see :func:`check_matrix`; skipped when ``checked``, i.e. ``x`` came from it)
     and compute each row's shift and norm; a row of zeros has no direction and is a ValueError
-    naming ``name`` and the row."""
+    naming ``name`` and the row.
+
+    ``norm = sqrt(dot64(x', x'))``. For inputs of ≤ 4 bytes (float32 and narrower) no float64
+    square or partial sum can overflow or underflow, so it equals ``2**-shift·sqrt(dot64(x, x))``
+    bit for bit and is computed that way (no shifted copy)."""
     raw = x if checked else check_matrix(x, name)
     n = raw.shape[0]
     shift = np.empty(n, dtype=np.int64)
     norm = np.empty(n, dtype=np.float64)
+    narrow = raw.dtype.itemsize <= 4
 
     def work(s: int, e: int) -> None:
-        block = np.abs(np.asarray(raw[s:e], dtype=np.float64))
-        peak = block.max(axis=1)
+        part = raw[s:e]
+        peak = np.abs(part).max(axis=1).astype(np.float64)
         zero = np.flatnonzero(peak == 0)
         if zero.size:
             raise ValueError(f"{name}: row {s + int(zero[0])} is all zeros; its cosine is undefined")
         shift[s:e] = np.frexp(peak)[1] - 1  # peak = m·2**e, m ∈ [0.5, 1) → peak·2**-(e-1) ∈ [1, 2)
-        block = np.ldexp(block, -shift[s:e, None])
-        np.multiply(block, block, out=block)
-        norm[s:e] = np.sqrt(np.add.reduce(block, axis=1))
+        if narrow:
+            squares = np.multiply(part, part, dtype=np.float64)
+            norm[s:e] = np.ldexp(np.sqrt(np.add.reduce(squares, axis=1)), -shift[s:e])
+        else:
+            block = np.ldexp(np.asarray(part, dtype=np.float64), -shift[s:e, None])
+            np.multiply(block, block, out=block)
+            norm[s:e] = np.sqrt(np.add.reduce(block, axis=1))
 
     _map_chunks(work, n, _DOT64_CHUNK, threads)
     return UnitRows(raw=raw, shift=shift, norm=norm)
@@ -366,10 +395,15 @@ def _shift_first(rows: UnitRows) -> bool:
 
 
 def unit_block32(rows: UnitRows, start: int, stop: int) -> np.ndarray:
-    """Rows ``start:stop`` divided by their norms in float64, then rounded to float32 (C order)."""
-    block = np.ldexp(np.asarray(rows.raw[start:stop], dtype=np.float64), -rows.shift[start:stop, None])
-    block /= rows.norm[start:stop, None]
-    return block.astype(np.float32)
+    """Rows ``start:stop`` scaled to unit length and rounded to float32 (C order): each row times
+    the float64 factor ``2**-shift / norm`` — in float32 for float32 rows (factor rounded to
+    float32, then one float32 product), else in float64 then rounded. Each element is within
+    :func:`normalisation_unit` (relative) of the exact unit row."""
+    factor = np.ldexp(1.0, -rows.shift[start:stop]) / rows.norm[start:stop]
+    part = rows.raw[start:stop]
+    if part.dtype == np.float32 and bool(np.all((factor > 2.0**-100) & (factor < 2.0**100))):
+        return np.multiply(part, factor.astype(np.float32)[:, None])
+    return (np.asarray(part, dtype=np.float64) * factor[:, None]).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -458,21 +492,24 @@ class UnitRowSource(RowSource):
         import torch
 
         raw = torch.as_tensor(np.ascontiguousarray(self.rows.raw[start:stop])).to(self.device)
-        shift = torch.as_tensor(self.rows.shift[start:stop]).to(self.device)
-        norm = torch.as_tensor(self.rows.norm[start:stop]).to(self.device)
-        block = torch.ldexp(raw.double(), -shift[:, None].double()) / norm[:, None]
-        return block.float().contiguous()
+        factor = np.ldexp(1.0, -self.rows.shift[start:stop]) / self.rows.norm[start:stop]
+        factor = torch.as_tensor(factor, device=self.device)
+        return (raw.double() * factor[:, None]).float().contiguous()
 
 
 def database32(rows: UnitRows, device: Any = "cpu") -> Any:
     """All rows of ``rows`` normalised and rounded to float32, on ``device`` (numpy on the CPU)."""
     source = UnitRowSource(rows, device)
-    parts = [source.block(s, min(rows.n, s + 16384)) for s in range(0, rows.n, 16384)]
-    if not uses_torch(device):
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
-    import torch
+    step = 16384
+    if uses_torch(device):
+        import torch
 
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+        parts = [source.block(s, min(rows.n, s + step)) for s in range(0, rows.n, step)]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+    out = np.empty((rows.n, rows.dim), dtype=np.float32)
+    for s in range(0, rows.n, step):
+        out[s: s + step] = unit_block32(rows, s, min(rows.n, s + step))
+    return out
 
 
 def iter_blocks(queries: RowSource, database: Any, *, rows: int, cols: int, progress: bool = False,
@@ -537,11 +574,13 @@ def _np(x: Any) -> np.ndarray:
 
 
 def chunk_max_rows(scores: Any, n_rows: int, chunk: int = CHUNK) -> Any:
-    """Maximum of each run of ``chunk`` columns in each of the first ``n_rows`` rows of a padded
-    block: shape ``(n_rows, width / chunk)``."""
+    """Maximum of each *comb* of ``chunk`` entries in each of the first ``n_rows`` rows of a padded
+    block: comb j of a row holds the columns ``j + t·(width / chunk)``, t < chunk. Shape
+    ``(n_rows, width / chunk)``. (Combs rather than runs: the reduction then runs across
+    contiguous memory, which numpy vectorises.)"""
     width = scores.shape[1]
-    part = scores[:n_rows].reshape(n_rows, width // chunk, chunk)
-    return part.amax(dim=2) if is_tensor(part) else part.max(axis=2)
+    part = scores[:n_rows].reshape(n_rows, chunk, width // chunk)
+    return part.amax(dim=1) if is_tensor(part) else part.max(axis=1)
 
 
 def chunk_max_cols(scores: Any, n_cols: int, chunk: int = CHUNK) -> Any:
@@ -603,18 +642,23 @@ class WindowTopK:
     the window: the k-th largest kept so far, or the k-th largest of a block's chunk maxima (k
     chunks whose maxima are ≥ b hold k entries ≥ b).
 
-    Per block this costs one pass for the chunk maxima (runs of :data:`CHUNK` entries) plus a
-    gather of the chunks that can hold candidates. Row lines are finished at the end of each row
+    Per block this costs one pass for the chunk maxima (combs of :data:`CHUNK` entries of a row,
+    runs of ``CHUNK / 4`` entries of a column) plus a gather of the chunks that can hold
+    candidates. Row lines are finished at the end of each row
     block (``end_rows``), column lines at the end of the pass; :meth:`result` returns the entries.
     """
 
-    def __init__(self, *, axis: str, n_lines: int, k: int, window: float, chunk: int = CHUNK):
+    def __init__(self, *, axis: str, n_lines: int, k: int, window: float, chunk: int | None = None):
         if axis not in ("rows", "cols"):
             raise ValueError(f"WindowTopK: axis must be 'rows' or 'cols', got {axis!r}")
         if k < 1:
             raise ValueError(f"WindowTopK: k must be ≥ 1, got {k}")
         if not window >= 0:
             raise ValueError(f"WindowTopK: window must be ≥ 0, got {window}")
+        if chunk is None:  # column runs are gathered across rows: shorter runs, fewer gathered
+            chunk = CHUNK if axis == "rows" else CHUNK // 4
+        if CHUNK % chunk:
+            raise ValueError(f"WindowTopK: chunk must divide {CHUNK}, got {chunk}")
         self.axis, self.k, self.window, self.chunk = axis, int(k), float(window), int(chunk)
         self.threshold = np.full(n_lines, -np.inf, dtype=np.float64)  # never keep below this
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -635,7 +679,7 @@ class WindowTopK:
             r, g = _nonzero(cm >= thr_dev[:, None])
             if r.size == 0:
                 return
-            cols = g[:, None] * L + np.arange(L)[None, :]
+            cols = g[:, None] + np.arange(L)[None, :] * (s.shape[1] // L)  # comb g of each row
             vals = _np(_gather(s, r[:, None], cols))
             keep = (vals >= thr[r][:, None]) & (cols < c) & (vals > -np.inf)
             rr, jj = np.nonzero(keep)
@@ -679,6 +723,8 @@ class WindowTopK:
         if self.axis == "rows":  # a row block's lines are complete: move them out of the log
             self._done.append(self._compact())
             self._parts, self._kept = [], 0
+        elif self._pending > self._kept // 2:  # tighten the column thresholds once per row block
+            self._compact()
 
     def result(self) -> WindowEntries:
         """All kept entries, by line and decreasing value (ties: lower ``other`` first)."""
@@ -789,10 +835,26 @@ class ColumnLogSumExp:
 # --------------------------------------------------------------------------------------------
 
 
+_LANES16 = np.uint64(0x00FF00FF00FF00FF)
+_FOLD16 = np.uint64(0x0001000100010001)
+
+
+def _lane_group(words: int) -> int:
+    """The largest divisor of ``words`` that is ≤ 255 (byte lanes summed over that many words
+    cannot carry)."""
+    return next(g for g in range(min(words, 255), 0, -1) if words % g == 0)
+
+
 def count_true_rows(mask: np.ndarray) -> np.ndarray:
     """Number of True values in each row of a C-contiguous bool array whose width is a multiple
-    of 8 (one popcount per 8 bytes: every True byte has exactly one bit set)."""
-    return np.bitwise_count(mask.view(np.uint64)).sum(axis=1, dtype=np.int64)
+    of 8. Rows are read as 64-bit words whose eight byte lanes (0 or 1 each) are summed over
+    groups of ≤ 255 words without carries, then folded to 16-bit lanes and added up."""
+    words = mask.view(np.uint64)
+    h, w = words.shape
+    g = _lane_group(w)
+    sums = words.reshape(h, w // g, g).sum(axis=2)  # byte lanes ≤ 255
+    pairs = (sums & _LANES16) + ((sums >> np.uint64(8)) & _LANES16)  # 16-bit lanes ≤ 510
+    return ((pairs * _FOLD16) >> np.uint64(48)).sum(axis=1).astype(np.int64)  # group totals ≤ 2040
 
 
 def count_true_cols(mask: np.ndarray) -> np.ndarray:
