@@ -59,6 +59,7 @@ from pseudopairs.similarity import (
     _np,
     block_shape,
     combine_units,
+    cpu_threads,
     dot64_pairs,
     dot64_relative_error,
     gemm_relative_error,
@@ -329,9 +330,10 @@ def _settle_rows(counts, undecided, images: _Embeddings, captions: _Embeddings, 
     sizes = bounds[involved + 1] - bounds[involved]
     owner = np.repeat(involved, sizes)
     caps = np.concatenate([order[bounds[i]: bounds[i + 1]] for i in involved])
-    correct = dot64_pairs(images.raw, captions.raw, x_rows=owner, y_rows=caps)
+    correct = dot64_pairs(images.raw, captions.raw, x_rows=owner, y_rows=caps, threads=cpu_threads())
     best = np.maximum.reduceat(correct, np.r_[0, np.cumsum(sizes)[:-1]])
-    scores = dot64_pairs(images.raw, captions.raw, x_rows=undecided.row, y_rows=undecided.col)
+    scores = dot64_pairs(images.raw, captions.raw, x_rows=undecided.row, y_rows=undecided.col,
+                         threads=cpu_threads())
     np.add.at(counts, undecided.row[scores > best[where]], 1)
 
 
@@ -343,8 +345,8 @@ def _settle_cols(counts, undecided, images: _Embeddings, captions: _Embeddings, 
     order = np.argsort(undecided.col, kind="stable")  # caption rows in order: cache-friendly
     rows, cols = undecided.row[order], undecided.col[order]
     involved, where = np.unique(cols, return_inverse=True)
-    own = dot64_pairs(images.raw, captions.raw, x_rows=index[involved], y_rows=involved)
-    scores = dot64_pairs(images.raw, captions.raw, x_rows=rows, y_rows=cols)
+    own = dot64_pairs(images.raw, captions.raw, x_rows=index[involved], y_rows=involved, threads=cpu_threads())
+    scores = dot64_pairs(images.raw, captions.raw, x_rows=rows, y_rows=cols, threads=cpu_threads())
     np.add.at(counts, cols[scores > own[where]], 1)
 
 
