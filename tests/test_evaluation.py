@@ -302,6 +302,12 @@ def test_bad_inputs_are_reported():
         call(caption_embeddings=captions[:0], caption_image_index=index[:0])
     with pytest.raises(ValueError, match="must be a translation pair"):
         ev.translation_retrieval(source_embeddings=captions, target_embeddings=images)
+    with pytest.raises(ValueError, match="image_embeddings: values too large for float32"):
+        call(image_embeddings=images.astype(np.float64) * 1e300)
+    with pytest.raises(ValueError, match="source_embeddings: contains NaN"):
+        bad = captions.copy()
+        bad[0, 0] = np.inf
+        ev.translation_retrieval(source_embeddings=bad, target_embeddings=captions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,3 +411,86 @@ def test_caption_rows_map_captions_to_feature_rows_and_drop_missing_images(caplo
         caption_rows(frame, ["x"], lang="en", source="test.parquet", features=features)
     with pytest.raises(ValueError, match=r"test\.parquet: no captions in language 'fr'"):
         caption_rows(frame, ["x"], lang="fr", source="test.parquet", features=features)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exact rank rule: float64 scores decide what float32 cannot
+# ---------------------------------------------------------------------------------------------
+
+
+def test_float32_tie_is_decided_by_the_exact_score():
+    # image x = (1, 1); its caption c0 = (1, 0) scores exactly 1. Caption c1 = (1 - 2**-24, 2**-23)
+    # scores 1 + 2**-24 exactly, but float32 rounds that to 1 (a tie, which the old "same float32
+    # block" rule gave to the correct caption: rank 0). Exactly, c1 is higher: rank 1.
+    images = np.array([[1.0, 1.0], [0.0, 1.0]], dtype=np.float32)
+    captions = np.array([[1.0, 0.0], [1 - 2.0**-24, 2.0**-23]], dtype=np.float32)
+    assert np.float32(images[0] @ captions[1]) == np.float32(1.0)  # the float32 tie
+    index = np.array([0, 1])
+    for block in (None, 1):
+        ranks = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions,
+                                   caption_image_index=index, block_size=block)
+        assert ranks.i2t.tolist() == [1, 0]
+        # T→I for c1: image 0 scores 1 + 2**-24 − ... exactly 1 - 2**-24 + 2**-23 vs its own
+        # image (0, 1): 2**-23 → image 0 is higher: rank 1. c0: image 0 (1) vs image 1 (0) → 0.
+        assert ranks.t2i.tolist() == [0, 1]
+    ref = ev.retrieval_ranks_reference(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    assert ref.i2t.tolist() == [1, 0] and ref.t2i.tolist() == [0, 1]
+    assert ev.translation_ranks(source_embeddings=images, target_embeddings=captions).tolist() == [1, 0]
+    assert ev.translation_ranks_reference(source_embeddings=images, target_embeddings=captions).tolist() == [1, 0]
+
+
+def _near_tie_case(seed: int):
+    """Normalised random rows plus, for several queries, competitors that duplicate the correct
+    item exactly (a tie: not counted) or differ from it by one ulp in one element (decided by
+    the sign of that element's product: counted or not)."""
+    rng = np.random.default_rng(seed)
+    n_img, d = 30, 24
+    images = rng.standard_normal((n_img, d)).astype(np.float32)
+    images /= np.linalg.norm(images, axis=1, keepdims=True)
+    index = np.repeat(np.arange(n_img), 3)
+    captions = images[index] + 0.7 * rng.standard_normal((len(index), d)).astype(np.float32) / np.sqrt(d)
+    captions /= np.linalg.norm(captions, axis=1, keepdims=True)
+    captions = captions.astype(np.float32)
+    for k in range(0, 60, 6):  # caption k + 3 (another image's) copies caption k, ± one ulp
+        twin = captions[k].copy()
+        if k % 12 == 6:
+            j = int(np.argmax(np.abs(images[index[k]])))
+            up = np.sign(images[index[k], j]) > 0
+            twin[j] = np.nextafter(twin[j], np.float32(np.inf if up else -np.inf))  # exactly higher
+        captions[k + 3] = twin
+    for i in range(0, n_img, 7):  # image i + 1 duplicates image i: ties in T→I
+        images[i + 1] = images[i]
+    return images, captions, index
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_duplicates_and_one_ulp_near_ties_match_the_exact_reference(seed):
+    images, captions, index = _near_tie_case(seed)
+    ref = ev.retrieval_ranks_reference(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    for block in (None, 1, 4, 13):  # one block (thresholds from the block) and several (precomputed)
+        got = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions, caption_image_index=index,
+                                 block_size=block)
+        np.testing.assert_array_equal(got.i2t, ref.i2t)
+        np.testing.assert_array_equal(got.t2i, ref.t2i)
+    # The torch code (the CUDA path) on CPU tensors.
+    got = ev._retrieval_ranks_on(images, captions, index, device=torch.device("cpu"), block_size=7)
+    np.testing.assert_array_equal(got.i2t, ref.i2t)
+    np.testing.assert_array_equal(got.t2i, ref.t2i)
+    tr = ev._translation_ranks_on(captions[:30], images, device=torch.device("cpu"), block_size=4)
+    np.testing.assert_array_equal(tr, ev.translation_ranks_reference(source_embeddings=captions[:30],
+                                                                     target_embeddings=images))
+
+
+def test_exact_ties_between_duplicates_favour_the_correct_item():
+    images, captions, index = _near_tie_case(0)
+    # image 1 duplicates image 0: every caption of image 0 has image 1 tied with its own image
+    ranks = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    scores = ev._exact_scores(captions, images, 0)
+    assert scores[0] == scores[1]
+    own = ranks.t2i[index == 0]
+    expected = [int((ev._exact_scores(captions, images, k) > ev._exact_scores(captions, images, k)[0]).sum())
+                for k in np.flatnonzero(index == 0)]
+    assert own.tolist() == expected  # image 1 (equal) is not counted
+    # caption 9 is caption 6 plus one ulp towards image 2 (its image is 3): exactly higher
+    s6 = ev._exact_scores(images, captions, index[6])
+    assert s6[9] > s6[6] and s6[9] - s6[6] < 1e-6
