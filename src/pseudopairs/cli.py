@@ -19,10 +19,13 @@ STEP_MODULES = [
     "text",
     "vocab",
     "features",
-    "translation",
     "training",
     "evaluation",
     "metrics",
+    "translation",
+    "mining",
+    "hubness",
+    "figures",
     "tables",
 ]
 

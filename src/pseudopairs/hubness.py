@@ -23,6 +23,7 @@ Definitions, for the **k-occurrence counts** ``c_j`` = how many queries picked d
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -137,3 +138,194 @@ def usage_summary(indices: Any, *, n_database: int, top: int = 150) -> dict[str,
         "gini": gini(counts),
         "robin_hood": robin_hood(counts),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# §7.2 statistics of mined pseudopair sets (the pipeline step)
+# --------------------------------------------------------------------------------------------
+
+STATS_COLUMNS = ["statistic", "pseudopairs", "criterion", "source", "compared_with", "seeds",
+                 "value", "paper"]
+# per set and seed; then across the seeds of a set; then between two sets at the same seed
+PER_RUN = ("n_pairs", "used_share", "used_share_unique", "top_share", "unused_share", "skewness",
+           "gini", "robin_hood")
+ACROSS_SEEDS = ("jaccard_seeds", "agreement_seeds")
+BETWEEN_SETS = ("jaccard", "agreement")
+
+
+def transferred_jaccard(rows_a, rows_b) -> float:
+    """Jaccard overlap of the sets of database captions (rows) two pair sets transferred."""
+    return jaccard(set(np.asarray(rows_a).tolist()), set(np.asarray(rows_b).tolist()))
+
+
+def image_agreement(pairs_a, pairs_b) -> float:
+    """Paper §7.2: "when a caption is transferred by both models, the overlap of the caption
+    annotating the same COCO image". Restricted to the database captions both sets transferred,
+    the Jaccard overlap of their (caption, query image) pairs: 1 when every shared caption
+    annotates exactly the same images in both, 0 when never the same image."""
+    shared = set(pairs_a["match_row"].tolist()) & set(pairs_b["match_row"].tolist())
+
+    def links(pairs):
+        kept = pairs[pairs["match_row"].isin(shared)]
+        return set(zip(kept["match_row"].tolist(), kept["query_image_id"].tolist()))
+
+    return jaccard(links(pairs_a), links(pairs_b))
+
+
+def run_statistics(pairs, *, n_database: int, database_unique_texts: int, top: int) -> dict[str, float]:
+    """:data:`PER_RUN` statistics of one mined set."""
+    rows = pairs["match_row"].to_numpy()
+    summary = usage_summary(rows, n_database=n_database, top=top)
+    return {
+        "n_pairs": float(len(pairs)),
+        "used_share_unique": (pairs["match_text"].nunique() / database_unique_texts
+                              if database_unique_texts else math.nan),
+        **{k: summary[k] for k in ("used_share", "top_share", "unused_share", "skewness", "gini",
+                                   "robin_hood")},
+    }
+
+
+def pseudopair_statistics(spec: dict, *, load=None) -> "pd.DataFrame":
+    """The long table of results/pseudopair_stats.csv (:data:`STATS_COLUMNS`): every set's
+    :data:`PER_RUN` statistics per seed, :data:`ACROSS_SEEDS` per pair of seeds, and
+    :data:`BETWEEN_SETS` for each configured comparison per seed; the paper's figure beside."""
+    import itertools
+    import json
+
+    import pandas as pd
+
+    from pseudopairs import layout
+    from pseudopairs.mining import read_pairs
+
+    def default_load(name, seed):
+        stats = json.loads(Path(layout.pseudopair_mining_stats(name, seed)).read_text(encoding="utf-8"))
+        return read_pairs(layout.pseudopair_pairs(name, seed)), stats
+
+    load = load or default_load
+    records = []
+    cache: dict = {}
+
+    def get(name, seed):
+        if (name, seed) not in cache:
+            cache[name, seed] = load(name, seed)
+        return cache[name, seed]
+
+    seeds = list(spec["seeds"])
+    for name, info in spec["sets"].items():
+        base = {"pseudopairs": name, "criterion": info["criterion"], "source": info["source"],
+                "compared_with": ""}
+        paper = info.get("paper", {})
+        for seed in seeds:
+            pairs, stats = get(name, seed)
+            values = run_statistics(pairs, n_database=stats["n_database"],
+                                    database_unique_texts=stats["n_database_unique_texts"],
+                                    top=spec["top"])
+            for statistic in PER_RUN:
+                records.append({**base, "statistic": statistic, "seeds": str(seed),
+                                "value": values[statistic], "paper": paper.get(statistic, math.nan)})
+        for s1, s2 in itertools.combinations(seeds, 2):
+            (p1, _), (p2, _) = get(name, s1), get(name, s2)
+            for statistic, value in (("jaccard_seeds", transferred_jaccard(p1["match_row"], p2["match_row"])),
+                                     ("agreement_seeds", image_agreement(p1, p2))):
+                records.append({**base, "statistic": statistic, "seeds": f"{s1},{s2}", "value": value,
+                                "paper": paper.get(statistic, math.nan)})
+    for comparison in spec.get("compare", []):
+        a, b = comparison["a"], comparison["b"]
+        paper = comparison.get("paper", {})
+        for seed in seeds:
+            (pa, _), (pb, _) = get(a, seed), get(b, seed)
+            base = {"pseudopairs": a, "criterion": spec["sets"][a]["criterion"],
+                    "source": spec["sets"][a]["source"], "compared_with": b, "seeds": str(seed)}
+            records.append({**base, "statistic": "jaccard", "paper": paper.get("jaccard", math.nan),
+                            "value": transferred_jaccard(pa["match_row"], pb["match_row"])})
+            records.append({**base, "statistic": "agreement", "paper": paper.get("agreement", math.nan),
+                            "value": image_agreement(pa, pb)})
+    return pd.DataFrame.from_records(records, columns=STATS_COLUMNS)
+
+
+def _source_panels(spec: dict, path, *, draw, xlabel: str, ylabel: str, title: str, load=None) -> None:
+    """One panel per source model (first seed), ``draw(ax, pairs, info)`` once per pseudopair set
+    of that source; saved atomically as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pseudopairs import layout
+    from pseudopairs.io import atomic_path
+    from pseudopairs.mining import read_pairs
+
+    seed = spec["seeds"][0]
+    sources = list(dict.fromkeys(info["source"] for info in spec["sets"].values()))
+    fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4.2), squeeze=False)
+    for ax, source in zip(axes[0], sources):
+        for name, info in spec["sets"].items():
+            if info["source"] == source:
+                pairs = load(name, seed)[0] if load else read_pairs(layout.pseudopair_pairs(name, seed))
+                draw(ax, pairs, info)
+        ax.set_title(f"source {source}, seed {seed}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def caption_use_plot(spec: dict, path, *, load=None) -> None:
+    """Log-log rank–frequency plot of caption use (times each database caption was transferred,
+    most used first), one line per pseudopair set, seed = the first seed; one panel per source."""
+
+    def draw(ax, pairs, info):
+        counts = np.sort(np.bincount(pairs["match_row"].to_numpy()))[::-1]
+        counts = counts[counts > 0]
+        ax.loglog(np.arange(1, len(counts) + 1), counts, label=f"{info['criterion']} ({len(counts)} used)")
+        ax.grid(True, which="both", alpha=0.3)
+
+    _source_panels(spec, path, draw=draw, xlabel="caption rank by use", ylabel="times transferred",
+                   title="Caption use of the mined pseudopairs (hubness: a few captions transferred "
+                         "very often)", load=load)
+
+
+def similarity_histograms(spec: dict, path, *, load=None) -> None:
+    """Histogram of the cosine similarity of the mined pairs, one line per pseudopair set (first
+    seed), one panel per source model; dotted lines mark the 25th and 75th percentiles of the
+    paper's (cosine) set, where the "25%" and "75%" filters cut."""
+
+    def draw(ax, pairs, info):
+        values = pairs["similarity"].to_numpy(dtype=float)
+        ax.hist(values, bins=50, histtype="step", density=True,
+                label=f"{info['criterion']} ({len(values)} pairs)")
+        if info["criterion"] == "cosine":
+            for q in (25, 75):
+                ax.axvline(np.percentile(values, q), linestyle=":", color="grey")
+
+    _source_panels(spec, path, draw=draw, xlabel="cosine similarity of the pair", ylabel="density",
+                   title="Similarity of the mined pseudopairs (dotted: 25th/75th percentile of the "
+                         "cosine set)", load=load)
+
+
+def _cli_pseudopair_stats(args) -> None:
+    import json
+
+    from pseudopairs.io import atomic_path
+
+    spec = json.loads(args.spec)
+    frame = pseudopair_statistics(spec)
+    with atomic_path(args.output) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.4f")
+    caption_use_plot(spec, args.plot)
+    similarity_histograms(spec, args.histogram)
+    print(frame.to_string(index=False))
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("pseudopair-stats",
+                              help="§7.2 statistics of the mined pseudopair sets + caption-use plot")
+    p.add_argument("--spec", required=True, help="JSON (experiments.pseudopair_stats_spec)")
+    p.add_argument("--output", required=True, help="pseudopair_stats.csv")
+    p.add_argument("--plot", required=True, help="caption-use plot (PNG)")
+    p.add_argument("--histogram", required=True, help="similarity histograms (PNG)")
+    p.set_defaults(func=_cli_pseudopair_stats)

@@ -1,0 +1,216 @@
+"""The pseudopair stage (paper §2.2, §7.2): mining with a trained model, percentile filters,
+the caption tables training reads, the §7.2 statistics and Figure 1."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+import pseudopairs.training as training
+from pseudopairs.figures import choose_examples, pseudopair_figure
+from pseudopairs.hubness import image_agreement, pseudopair_statistics, run_statistics, transferred_jaccard
+from pseudopairs.mining import (PAIR_COLUMNS, mine_pseudopairs, percentile_filter, pseudopair_caption_table,
+                                read_pairs)
+from pseudopairs.vocab import Vocabulary
+from test_training import COLOURS, SETTINGS, SHAPES, _world
+
+torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------------------------
+# Filters
+
+
+def test_percentile_filter_on_hand_computed_cases():
+    scores = np.array([0.5, 0.1, 0.4, 0.2, 0.3])
+    # numpy's linear percentile of [0.1 .. 0.5]: 25th = 0.2, 75th = 0.4
+    assert percentile_filter(scores, min_percentile=0).tolist() == [True] * 5
+    assert percentile_filter(scores, min_percentile=25).tolist() == [True, False, True, True, True]
+    assert percentile_filter(scores, min_percentile=75).tolist() == [True, False, True, False, False]
+    # "at or above": ties at the threshold are kept
+    assert percentile_filter(np.ones(4), min_percentile=75).all()
+    with pytest.raises(ValueError, match=r"min_percentile must be in \[0, 100\]"):
+        percentile_filter(scores, min_percentile=101)
+
+
+def _pairs(rows):
+    """A pair table from (query image, query caption idx, match row, score) tuples."""
+    return pd.DataFrame([{
+        "query_image_id": img, "query_caption_idx": idx, "query_lang": "en", "query_text": f"q {img} {idx}",
+        "match_row": row, "match_image_id": f"m{row}", "match_caption_idx": 0, "match_lang": "de",
+        "match_text": f"text {row}", "match_raw": f"Text {row}.", "similarity": score, "score": score,
+    } for img, idx, row, score in rows], columns=PAIR_COLUMNS)
+
+
+def test_kept_pairs_stay_with_their_own_image_and_caption():
+    # images with 3, 1 and 2 captions (indices not 0..4): nothing assumes blocks of five
+    pairs = _pairs([("a", 0, 5, 0.9), ("a", 2, 6, 0.1), ("a", 7, 5, 0.8),
+                    ("b", 3, 1, 0.2), ("c", 0, 2, 0.7), ("c", 1, 2, 0.3)])
+    table = pseudopair_caption_table(pairs, min_percentile=50, dataset="pp")
+    # median of the six scores = 0.5: kept 0.9, 0.8, 0.7
+    assert table[["image_id", "caption_idx", "text", "raw"]].values.tolist() == [
+        ["a", 0, "text 5", "Text 5."], ["a", 7, "text 5", "Text 5."], ["c", 0, "text 2", "Text 2."]]
+    assert set(table["lang"]) == {"de"} and set(table["split"]) == {"train"} and set(table["dataset"]) == {"pp"}
+    assert len(pseudopair_caption_table(pairs, min_percentile=0, dataset="pp")) == 6
+
+
+# --------------------------------------------------------------------------------------------
+# Mining with a trained model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pp")
+    spec, vocab_path = _world(root / "world", n_train=60, n_val=40, seed=0)
+    training.train(spec=spec, settings={**SETTINGS, "max_updates": 200, "validate_every": 50},
+                   out_dir=root / "model", seed=1)
+    return root, spec
+
+
+def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, tmp_path):
+    root, spec = trained
+    captions = spec["c2i"][0]["captions"]
+    mining = {"pseudopairs": "toy", "source": "en_de_c2c", "seed": 1,
+              "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
+              "queries": {"captions": captions, "lang": "en"},
+              "database": {"captions": captions, "lang": "de"},
+              "settings": {"criterion": "cosine", "device": "cpu", "block_size": 7,
+                           "encode_batch_size": 16, "threads": 1}}
+    stats = mine_pseudopairs(spec=mining, pairs_path=tmp_path / "pairs.parquet",
+                             stats_path=tmp_path / "stats.json", progress=False)
+    pairs = read_pairs(tmp_path / "pairs.parquet")
+    frame = pd.read_parquet(captions)
+    en, de = frame[frame["lang"] == "en"].reset_index(drop=True), frame[frame["lang"] == "de"].reset_index(drop=True)
+    assert len(pairs) == len(en) == stats["n_pairs"] == stats["n_queries"] == 300
+    assert pairs["query_image_id"].tolist() == en["image_id"].tolist()
+    assert pairs["query_caption_idx"].tolist() == en["caption_idx"].tolist()
+    # brute force with the same encoders
+    model, _ = training.load_model(root / "model" / "checkpoint.pt")
+    vocab = Vocabulary.load(root / "model" / "vocab.json")
+    q = training.encode_captions_texts(model, vocab, en["text"].tolist()).double()
+    d = training.encode_captions_texts(model, vocab, de["text"].tolist()).double()
+    cos = (q @ d.T).numpy()
+    best = cos.max(axis=1)
+    chosen = cos[np.arange(len(en)), pairs["match_row"].to_numpy()]
+    assert np.allclose(chosen, best, atol=1e-6)
+    assert np.allclose(pairs["similarity"], best, atol=1e-5) and np.allclose(pairs["score"], best, atol=1e-5)
+    assert pairs["match_text"].tolist() == de["text"].iloc[pairs["match_row"]].tolist()
+    assert pairs["match_image_id"].tolist() == de["image_id"].iloc[pairs["match_row"]].tolist()
+    # the model learnt the world: the transferred German caption names the query's colour and shape
+    translate = dict(zip(COLOURS["en"] + SHAPES["en"], COLOURS["de"] + SHAPES["de"]))
+
+    def names_same_thing(q_text, d_text):
+        words = q_text.split()
+        colour = next(w for w in words if w in COLOURS["en"])
+        shape = next(w for w in words if w in SHAPES["en"])
+        return translate[colour] in d_text.split() and translate[shape] in d_text.split()
+
+    agree = np.mean([names_same_thing(a, b) for a, b in zip(pairs["query_text"], pairs["match_text"])])
+    assert agree > 0.8, agree
+    saved = json.loads((tmp_path / "stats.json").read_text())
+    assert saved["n_database"] == 300 and saved["n_unmatched"] == 0
+    assert saved["used_share"] == pytest.approx(pairs["match_row"].nunique() / 300)
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_mining_errors_name_the_input(trained, tmp_path):
+    root, spec = trained
+    captions = spec["c2i"][0]["captions"]
+    mining = {"pseudopairs": "toy", "source": "x", "seed": 1,
+              "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
+              "queries": {"captions": captions, "lang": "fr"}, "database": {"captions": captions, "lang": "de"},
+              "settings": {"device": "cpu"}}
+    with pytest.raises(ValueError, match="no 'fr' captions to mine"):
+        mine_pseudopairs(spec=mining, pairs_path=tmp_path / "p.parquet", stats_path=tmp_path / "s.json")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['beam'\]"):
+        mine_pseudopairs(spec={**mining, "settings": {"beam": 3}}, pairs_path=tmp_path / "p.parquet",
+                         stats_path=tmp_path / "s.json")
+    assert not (tmp_path / "p.parquet").exists() and not (tmp_path / "s.json").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# §7.2 statistics on hand-built pair sets
+
+
+def test_statistics_of_a_hand_built_pair_set():
+    # database of 4 captions; caption 0 transferred twice, caption 1 once: counts [2, 1, 0, 0]
+    pairs = _pairs([("i1", 0, 0, 0.9), ("i2", 0, 0, 0.8), ("i3", 0, 1, 0.7)])
+    s = run_statistics(pairs, n_database=4, database_unique_texts=4, top=1)
+    assert s["n_pairs"] == 3
+    assert s["used_share"] == pytest.approx(0.5) and s["unused_share"] == pytest.approx(0.5)
+    assert s["used_share_unique"] == pytest.approx(0.5)
+    assert s["top_share"] == pytest.approx(2 / 3)                   # the most used caption: 2 of 3 pairs
+    assert s["gini"] == pytest.approx(14 / (2 * 16 * 0.75))          # Σ_ij |x_i - x_j| / (2 n² mean)
+    assert s["robin_hood"] == pytest.approx(3 / (2 * 3))             # Σ |x_i - mean| / (2 Σ x_i)
+    assert s["skewness"] == pytest.approx(0.28125 / 0.6875 ** 1.5)   # population skewness of counts
+
+
+def test_jaccard_and_per_image_agreement():
+    a = _pairs([("i1", 0, 0, 0.9), ("i2", 0, 0, 0.9), ("i3", 0, 1, 0.9)])
+    b = _pairs([("i1", 0, 0, 0.9), ("i4", 0, 2, 0.9), ("i5", 0, 2, 0.9)])
+    assert transferred_jaccard(a["match_row"], b["match_row"]) == pytest.approx(1 / 3)   # {0,1} vs {0,2}
+    # caption 0 is transferred by both: A links it to i1, i2; B to i1 -> 1 of 2 links shared
+    assert image_agreement(a, b) == pytest.approx(1 / 2)
+    assert image_agreement(a, a) == 1.0
+
+
+def test_statistics_table_per_seed_across_seeds_and_between_sets():
+    sets = {("s", 1): _pairs([("i1", 0, 0, 0.9), ("i2", 0, 1, 0.8)]),
+            ("s", 2): _pairs([("i1", 0, 0, 0.9), ("i2", 0, 2, 0.8)]),
+            ("t", 1): _pairs([("i1", 0, 3, 0.9), ("i2", 0, 1, 0.8)]),
+            ("t", 2): _pairs([("i1", 0, 3, 0.9), ("i2", 0, 1, 0.8)])}
+
+    def load(name, seed):
+        return sets[name, seed], {"n_database": 4, "n_database_unique_texts": 4}
+
+    spec = {"sets": {"s": {"source": "src_s", "criterion": "cosine", "paper": {"used_share": 0.4}},
+                     "t": {"source": "src_t", "criterion": "csls", "paper": {}}},
+            "seeds": [1, 2], "top": 1,
+            "compare": [{"a": "s", "b": "t", "paper": {"jaccard": 0.41}}]}
+    frame = pseudopair_statistics(spec, load=load)
+    row = frame[(frame.statistic == "used_share") & (frame.pseudopairs == "s") & (frame.seeds == "1")]
+    assert row["value"].item() == pytest.approx(0.5) and row["paper"].item() == 0.4
+    across = frame[(frame.statistic == "jaccard_seeds") & (frame.pseudopairs == "s")]
+    assert across["seeds"].item() == "1,2" and across["value"].item() == pytest.approx(1 / 3)
+    between = frame[(frame.statistic == "jaccard") & (frame.compared_with == "t")]
+    assert between["seeds"].tolist() == ["1", "2"]
+    assert between["value"].tolist() == pytest.approx([1 / 3, 0.0])   # {0,1}∩{1,3}; {0,2}∩{1,3}
+    assert between["paper"].tolist() == [0.41, 0.41]
+    assert math.isnan(frame[(frame.statistic == "gini") & (frame.pseudopairs == "t")]["paper"].iloc[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Figure 1
+
+
+def test_figure_shows_the_caption_each_set_transferred(tmp_path):
+    a = _pairs([("i1", 0, 0, 0.9), ("i1", 1, 1, 0.9), ("i2", 0, 2, 0.9), ("i3", 0, 3, 0.9)])
+    b = _pairs([("i1", 0, 4, 0.9), ("i2", 0, 5, 0.9)])          # i3 has no match in b
+    examples = choose_examples({"A": a, "B": b}, n_images=5, seed=0)
+    assert examples["image_id"].tolist() == ["i1", "i2"]
+    assert examples[["A", "B"]].values.tolist() == [["Text 0.", "Text 4."], ["Text 2.", "Text 5."]]
+    image_rows = []
+    for name in ("i1", "i2", "i3"):
+        path = tmp_path / f"{name}.png"
+        Image.new("RGB", (32, 32), (200, 30, 30)).save(path)
+        image_rows.append({"image_id": name, "path": str(path)})
+    pd.DataFrame(image_rows).to_parquet(tmp_path / "images.parquet")
+    for name, frame in (("A", a), ("B", b)):
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+    spec = {"pairs": {"A": str(tmp_path / "A.parquet"), "B": str(tmp_path / "B.parquet")},
+            "sources": {"A": "de_coco", "B": "en_de_coco_c2c"}, "seed": 1,
+            "images": str(tmp_path / "images.parquet"), "n_images": 2, "sample_seed": 0}
+    pseudopair_figure(spec, png=tmp_path / "fig.png", html_path=tmp_path / "fig.html")
+    with Image.open(tmp_path / "fig.png") as img:
+        assert img.size[0] > 500 and img.size[1] > 200
+    page = (tmp_path / "fig.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "Text 4." in page and "Text 5." in page and "source en_de_coco_c2c" in page
+    with pytest.raises(ValueError, match="no query image has a match in every set"):
+        choose_examples({"A": a, "C": _pairs([("zz", 0, 1, 0.5)])}, n_images=2, seed=0)
