@@ -44,6 +44,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/text.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/translation.smk"
 include: "workflow/rules/pseudopairs.smk"
 include: "workflow/rules/tables.smk"
 

@@ -60,6 +60,20 @@ def test_shipped_configs_are_valid(name):
         # de_coco trained on pseudopairs mined by its own model
         (lambda c: c["experiments"]["de_coco"].update(c2i=["m30k.de", "coco.de-pseudo@de_coco"]),
          "dependency cycle de_coco -> de_coco"),
+        (lambda c: c.pop("translation"), "config key 'translation': required by the translated data set(s) ['coco.de-mt']"),
+        (lambda c: c["translation"]["model"].update(target_lang="fr"),
+         "config key 'datasets.coco.de-mt': translates 'en' -> 'de', but the model in 'translation.model' goes 'en' -> 'fr'"),
+        (lambda c: c["translation"]["model"].update(source="download"),
+         "config key 'translation.model.url': required with source: download"),
+        (lambda c: c["translation"]["model"].update(quantization="int4"),
+         "config key 'translation.model.quantization': 'int4' is not one of"),
+        (lambda c: c["translation"]["train"].update(epoch=3),
+         "config key 'translation.train': translation.train: unknown setting(s) translation.train.epoch"),
+        (lambda c: c["translation"]["translate"].update(beam_size=0),
+         "translation.translate.beam_size: must be an integer >= 1 (got 0)"),
+        (lambda c: c["translation"]["model"].update(parallel_text={"train": {"en": "a.en", "de": "a.de"},
+                                                                    "valid": {"en": "b.en", "fr": "b.fr"}}),
+         "config key 'translation.model.parallel_text.valid': no 'de' file"),
     ],
 )
 def test_bad_config_names_the_key(mutate, message):

@@ -57,6 +57,48 @@ def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
     assert "results/models/de_coco/seed1" not in mine[0]
 
 
+def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "2", "results/table5.csv", "results/table6.csv")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    # one MT model for every translated data set: trained on the world's parallel text, converted
+    assert counts["world_parallel"] == 1 and counts["train_mt"] == 1 and counts["convert_mt"] == 1
+    assert counts["translate"] == 1  # coco.de-mt
+    # Table 5: baseline, 6 pseudopair rows, translation, 4 hubness fine-tunes = 12; Table 6 adds
+    # de_coco (a pseudopair source of Table 5 too), de_coco_mt, de_coco_mt_c2c; x 2 seeds
+    assert counts["train"] == (12 + 3) * 2
+    blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
+    translate = next(b for b in blocks if "rule translate:" in b)
+    assert "results/captions/coco/train.parquet" in translate
+    assert "--source-lang en --target-lang de --dataset coco.de-mt" in translate
+    assert "results/translations/coco.de-mt/train.parquet" in translate
+    train_mt = next(b for b in blocks if "rule train_mt:" in b)
+    assert "results/world/parallel/train.en" in train_mt and "results/world/parallel/val.de" in train_mt
+    mt_c2c = next(b for b in blocks if "rule train:" in b and "experiment=de_coco_mt_c2c, seed=1" in b)
+    assert "results/translations/coco.de-mt/train.parquet" in mt_c2c
+
+
+def test_paper_translation_downloads_and_converts_the_published_model(tmp_path):
+    flickr = tmp_path / "flickr30k"
+    flickr.mkdir()
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "8", "results/translations/coco.de-mt/train.parquet",
+                           "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["download_translation_model"] == 1 and counts["extract_translation_model"] == 1
+    assert counts["convert_mt"] == 1 and counts["translate"] == 1 and "train_mt" not in counts
+    assert "https://s3.amazonaws.com/opennmt-models/transformer-ende-wmt-pyOnmt.tar.gz" in result.stdout
+    assert ("--checkpoint results/downloads/translation_model/extracted/averaged-10-epoch.pt "
+            "--tokenizer results/downloads/translation_model/extracted/sentencepiece.model "
+            "--quantization int8_float16") in result.stdout
+    # fetched with the data on a login node
+    fetch = run_snakemake(tmp_path, "-n", "--cores", "1", "fetch", "--configfile",
+                          str(REPO / "config" / "paper.yaml"), str(site))
+    assert fetch.returncode == 0 and job_counts(fetch.stdout)["download_translation_model"] == 1
+
+
 def test_pseudopair_statistics_and_figure_dag(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/pseudopair_stats.csv",
                            "results/figures/pseudopair_examples.png")
@@ -190,8 +232,8 @@ def test_downloads_and_light_steps_never_go_to_a_cluster(tmp_path):
         local = set(workflow._workflow._localrules)
     assert {"download_multi30k", "download_karpathy", "download_coco_images", "fetch", "table",
             "tables_markdown", "training_curves", "pseudopair_captions", "pseudopair_stats",
-            "pseudopair_figure"} <= local
-    assert not {"train", "features", "evaluate", "mine"} & local
+            "pseudopair_figure", "download_translation_model"} <= local
+    assert not {"train", "features", "evaluate", "mine", "translate", "convert_mt"} & local
 
 
 @pytest.mark.parametrize("configfiles", [[], ["config/paper.yaml"]])

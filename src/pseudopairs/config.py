@@ -128,6 +128,59 @@ def _pseudopair_errors(config: dict) -> list[str]:
     return messages
 
 
+#: ``translation.translate`` keys that are not CTranslate2 settings (the job's CPU threads).
+TRANSLATE_JOB_KEYS = ("threads",)
+
+
+def _translation_errors(config: dict) -> list[str]:
+    """The ``translation`` section: present when a data set is a translation, its languages
+    those of every translated data set, a download's files named, and its ``train`` and
+    ``translate`` settings known to :mod:`pseudopairs.translation` (which names the bad key)."""
+    datasets = config.get("datasets", {})
+    translated = [name for name, ds in datasets.items() if "translation" in ds]
+    if "translation" not in config:
+        return [f"config key 'translation': required by the translated data set(s) {translated}"] if translated else []
+    from pseudopairs.translation import QUANTIZATIONS, TrainSettings, TranslateSettings
+
+    section = config["translation"]
+    model = section["model"]
+    messages = []
+    for name in translated:
+        source = datasets.get(datasets[name]["translation"])
+        if source is None:
+            continue
+        if (source["lang"], datasets[name]["lang"]) != (model["source_lang"], model["target_lang"]):
+            messages.append(f"config key 'datasets.{name}': translates {source['lang']!r} -> "
+                            f"{datasets[name]['lang']!r}, but the model in 'translation.model' goes "
+                            f"{model['source_lang']!r} -> {model['target_lang']!r}")
+    if model["quantization"] not in QUANTIZATIONS:
+        messages.append(f"config key 'translation.model.quantization': {model['quantization']!r} is not "
+                        f"one of {list(QUANTIZATIONS)}")
+    if model["source"] == "download":
+        for key in ("url", "checkpoint", "tokenizer"):
+            if not model.get(key):
+                messages.append(f"config key 'translation.model.{key}': required with source: download")
+    else:
+        for key in ("url", "checkpoint", "tokenizer"):
+            if key in model:
+                messages.append(f"config key 'translation.model.{key}': only used with source: download "
+                                "(source is train)")
+        if model.get("parallel_text") is None and config.get("data", {}).get("source") != "world":
+            messages.append("config key 'translation.model.parallel_text': required with source: train "
+                            "outside the demo world (which provides its own parallel text)")
+        for split, files in (model.get("parallel_text") or {}).items():
+            for lang in (model["source_lang"], model["target_lang"]):
+                if lang not in files:
+                    messages.append(f"config key 'translation.model.parallel_text.{split}': no {lang!r} file")
+    translate = {k: v for k, v in section["translate"].items() if k not in TRANSLATE_JOB_KEYS}
+    for settings, values in ((TrainSettings, section["train"]), (TranslateSettings, translate)):
+        try:
+            settings.from_dict(values)
+        except (ValueError, TypeError) as err:
+            messages.append(f"config key '{settings.SECTION}': {err}")
+    return messages
+
+
 def experiment_dependencies(config: dict, name: str) -> list[str]:
     """Experiments whose models experiment ``name`` needs first: its fine-tuning source and the
     source of every pseudopair set behind its data sets."""
@@ -147,6 +200,7 @@ def _reference_errors(config: dict) -> list[str]:
     experiments = config.get("experiments", {})
     messages += _dataset_errors(datasets, config.get("pseudopairs", {}))
     messages += _pseudopair_errors(config)
+    messages += _translation_errors(config)
     for name, exp in experiments.items():
         for i, ds in enumerate(exp.get("c2i", [])):
             if ds not in datasets:

@@ -94,6 +94,22 @@ def world_parallel_text(split: str, lang: str) -> str:
     return f"{RESULTS}/world/parallel/{split}.{lang}"
 
 
+def translation_trained_model() -> str:
+    """``train-mt`` output: the En->De model trained on parallel text (OpenNMT-py checkpoint
+    ``model.pt``, ``sentencepiece.model``, ``bleu.json`` …)."""
+    return f"{RESULTS}/translation_model/trained"
+
+
+def translation_downloaded_model() -> str:
+    """The published model's archive, extracted (checkpoint + SentencePiece model)."""
+    return f"{RESULTS}/downloads/translation_model/extracted"
+
+
+def translation_model() -> str:
+    """The CTranslate2 model directory every translation job loads (``convert-mt`` output)."""
+    return f"{RESULTS}/translation_model/ctranslate2"
+
+
 def translated_captions(dataset: str) -> str:
     """Machine-translated captions of data set ``dataset``, aligned with its source's caption table."""
     return f"{RESULTS}/translations/{dataset}/train.parquet"

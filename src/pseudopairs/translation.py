@@ -1439,7 +1439,10 @@ def _command_line() -> str:
 
 
 def _cmd_train_mt(args: argparse.Namespace) -> int:
-    settings = TrainSettings.from_dict(parse_settings_json(args.settings))
+    values = parse_settings_json(args.settings)
+    if args.threads is not None:
+        values["threads"] = args.threads
+    settings = TrainSettings.from_dict(values)
     bleu = train_mt(source_train=args.source_train, target_train=args.target_train,
                     source_valid=args.source_valid, target_valid=args.target_valid,
                     settings=settings, output_dir=args.output_dir, progress=not args.no_progress)
@@ -1501,6 +1504,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--target-valid", required=True, help="held-out target sentences (BLEU references)")
     p.add_argument("--settings", default=None, help="the translation.train config section as JSON")
     p.add_argument("--output-dir", required=True, help="model directory (replaced atomically)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads, overriding the settings' threads (results depend on it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train_mt)
 

@@ -1,5 +1,6 @@
 # Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call.
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -85,6 +86,74 @@ def truecase_args(wildcards, input):
     return " ".join(
         f"--truecase-model {lang}={layout.truecase_model(lang)}" for lang in text_langs()
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Translation
+
+
+def translation_parallel_text(wildcards):
+    """train_mt's inputs: the parallel text of config translation.model.parallel_text, else the
+    demo world's."""
+    model = config["translation"]["model"]
+    src, tgt = model["source_lang"], model["target_lang"]
+    files = model.get("parallel_text") or {
+        role: {lang: layout.world_parallel_text(split, lang) for lang in (src, tgt)}
+        for role, split in (("train", "train"), ("valid", "val"))
+    }
+    return {
+        "source_train": files["train"][src],
+        "target_train": files["train"][tgt],
+        "source_valid": files["valid"][src],
+        "target_valid": files["valid"][tgt],
+    }
+
+
+def translation_files():
+    """Checkpoint and SentencePiece model inside the model directory convert_mt reads."""
+    model = config["translation"]["model"]
+    if model["source"] == "download":
+        return {"checkpoint": model["checkpoint"], "tokenizer": model["tokenizer"]}
+    return {"checkpoint": "model.pt", "tokenizer": "sentencepiece.model"}
+
+
+def translation_checkpoint_dir():
+    if config["translation"]["model"]["source"] == "download":
+        return layout.translation_downloaded_model()
+    return layout.translation_trained_model()
+
+
+def translation_fetch_inputs():
+    """The published translation model, for the `fetch` target (nothing when it is trained)."""
+    if config["translation"]["model"]["source"] == "download":
+        return [layout.translation_downloaded_model()]
+    return []
+
+
+def translate_settings():
+    """translation.translate without the job keys (its CPU threads are the rule's threads)."""
+    from pseudopairs.config import TRANSLATE_JOB_KEYS
+
+    settings = config["translation"]["translate"]
+    return {k: v for k, v in settings.items() if k not in TRANSLATE_JOB_KEYS}
+
+
+def translated_dataset_pattern():
+    names = ex.translation_datasets(config)
+    return "|".join(re.escape(name) for name in names) if names else "$^"
+
+
+def translation_truecase_inputs(wildcards):
+    if config["text"]["case"] != "truecase":
+        return []
+    return [layout.truecase_model(ex.dataset(config, wildcards.dataset)["lang"])]
+
+
+def translation_truecase_args(wildcards, input):
+    if config["text"]["case"] != "truecase":
+        return ""
+    lang = ex.dataset(config, wildcards.dataset)["lang"]
+    return f"--truecase-model {lang}={layout.truecase_model(lang)}"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -242,5 +242,6 @@ else:
             [multi30k_downloads(task, split) for task in ("task2", "task1") for split in SPLITS],
             f"{DOWNLOADS}/coco/caption_datasets",
             coco_image_dirs(),
+            translation_fetch_inputs(),
         output:
             touch(f"{DOWNLOADS}/fetched"),

@@ -50,7 +50,7 @@ rule pseudopair_captions:
         runtime=runtime("pseudopair_captions"),
     shell:
         "python -m pseudopairs pseudopair-captions --pairs {input} --min-percentile {wildcards.percentile} "
-        "--output {output} > {log} 2>&1"
+        "--dataset {wildcards.pseudopairs}.p{wildcards.percentile} --output {output} > {log} 2>&1"
 
 
 rule pseudopair_stats:

@@ -1,0 +1,133 @@
+# Translation (paper §2.3, §6): an En->De model -- trained on parallel text (demo) or the
+# published OpenNMT-py Transformer (paper) -- converted by CTranslate2's OpenNMT-py converter,
+# then every source caption of each translated data set translated, resumably in chunks.
+
+TRANSLATION_MODEL = config["translation"]["model"]
+
+if TRANSLATION_MODEL["source"] == "train":
+
+    rule train_mt:
+        input:
+            unpack(translation_parallel_text),
+        output:
+            directory(layout.translation_trained_model()),
+        log:
+            layout.log("train_mt", "model"),
+        benchmark:
+            layout.benchmark("train_mt", "model")
+        conda:
+            "../../envs/steps.yaml"
+        threads: config["translation"]["train"].get("threads") or 1
+        resources:
+            mem_mb=mem_mb("train_mt"),
+            runtime=runtime("train_mt"),
+        params:
+            settings=as_json(config["translation"]["train"]),
+        shell:
+            "python -m pseudopairs train-mt --source-train {input.source_train} "
+            "--target-train {input.target_train} --source-valid {input.source_valid} "
+            "--target-valid {input.target_valid} --settings {params.settings:q} "
+            "--threads {threads} --output-dir {output} > {log} 2>&1"
+
+else:
+
+    # Compute nodes often have no internet: the model is fetched where Snakemake runs (and by
+    # the `fetch` target on a login node).
+    localrules:
+        download_translation_model,
+
+    rule download_translation_model:
+        output:
+            archive(f"{DOWNLOADS}/translation_model/model.tar.gz"),
+        log:
+            layout.log("download_translation_model", "model"),
+        benchmark:
+            layout.benchmark("download_translation_model", "model")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("download_translation_model"),
+            runtime=runtime("download_translation_model"),
+        params:
+            url=TRANSLATION_MODEL["url"],
+            sha256=sha256_arg(TRANSLATION_MODEL["sha256"]),
+            retries=PAPER.get("retries", 5),
+        shell:
+            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
+            "--retries {params.retries} > {log} 2>&1"
+
+    rule extract_translation_model:
+        input:
+            f"{DOWNLOADS}/translation_model/model.tar.gz",
+        output:
+            directory(layout.translation_downloaded_model()),
+        log:
+            layout.log("extract_translation_model", "model"),
+        benchmark:
+            layout.benchmark("extract_translation_model", "model")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            mem_mb=mem_mb("extract_translation_model"),
+            runtime=runtime("extract_translation_model"),
+        shell:
+            "python -m pseudopairs extract --archive {input} --output {output} > {log} 2>&1"
+
+
+rule convert_mt:
+    input:
+        translation_checkpoint_dir(),
+    output:
+        directory(layout.translation_model()),
+    log:
+        layout.log("convert_mt", "model"),
+    benchmark:
+        layout.benchmark("convert_mt", "model")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("convert_mt"),
+        runtime=runtime("convert_mt"),
+    params:
+        checkpoint=lambda w, input: f"{input[0]}/{translation_files()['checkpoint']}",
+        tokenizer=lambda w, input: f"{input[0]}/{translation_files()['tokenizer']}",
+        quantization=TRANSLATION_MODEL["quantization"],
+    shell:
+        "python -m pseudopairs convert-mt --checkpoint {params.checkpoint} --tokenizer {params.tokenizer} "
+        "--quantization {params.quantization} --output-dir {output} > {log} 2>&1"
+
+
+rule translate:
+    input:
+        model=layout.translation_model(),
+        captions=lambda w: ex.translation_source(config, w.dataset)["captions"],
+        truecase=translation_truecase_inputs,
+    output:
+        captions=layout.translated_captions("{dataset}"),
+        sidecar=layout.translated_captions("{dataset}").replace(".parquet", ".json"),
+    log:
+        layout.log("translate", "{dataset}"),
+    benchmark:
+        layout.benchmark("translate", "{dataset}")
+    wildcard_constraints:
+        dataset=translated_dataset_pattern(),
+    conda:
+        # CTranslate2 + SentencePiece + sacremoses, no torch; CUDA 12 cuBLAS for the GPU
+        "../../envs/translation.yaml"
+    threads: config["translation"]["translate"].get("threads", 1)
+    resources:
+        mem_mb=mem_mb("translate"),
+        runtime=runtime("translate"),
+        gpu=GPU if config["translation"]["translate"].get("device") != "cpu" else 0,
+    params:
+        settings=as_json(translate_settings()),
+        source_lang=lambda w: ex.translation_source(config, w.dataset)["lang"],
+        target_lang=lambda w: ex.dataset(config, w.dataset)["lang"],
+        case=config["text"]["case"],
+        truecase=translation_truecase_args,
+    shell:
+        "python -m pseudopairs.translation translate-captions --model {input.model} "
+        "--captions {input.captions} --source-lang {params.source_lang} "
+        "--target-lang {params.target_lang} --dataset {wildcards.dataset} --output {output.captions} "
+        "--sidecar {output.sidecar} --settings {params.settings:q} --case {params.case} "
+        "{params.truecase} --threads {threads} > {log} 2>&1"
