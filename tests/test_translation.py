@@ -227,7 +227,7 @@ def test_cli_reports_bad_settings(tmp_path, capsys):
     code = run_cli("train-mt", "--source-train", str(src), "--target-train", str(src),
                    "--source-valid", str(src), "--target-valid", str(src), "--settings", "{oops",
                    "--output-dir", str(tmp_path / "out"))
-    assert code == 1 and "--settings is not valid JSON" in capsys.readouterr().err
+    assert code == 1 and "--settings: not valid JSON" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
     result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "64",
-                           "results/table4.csv", "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+                           "results/table4.csv", "results/translations/coco.de-mt/train.parquet",
+                           "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = _job_blocks(result.stdout)
     by_rule: dict[str, list[dict]] = {}
@@ -214,6 +215,11 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     for job in by_rule["download_multi30k"] + by_rule["prepare_captions"] + by_rule["table"]:
         assert "gpu" not in job and job["slurm_partition"] == "cpu" and job["slurm_account"] == "myaccount"
     assert by_rule["download_coco_images"][0]["runtime"] == "600"
+    (translate,) = by_rule["translate"]
+    assert (translate["gpu"], translate["mem_mb"], translate["runtime"], translate["slurm_partition"],
+            translate["threads"]) == ("1", "16000", "240", "gpu", 8)
+    (convert,) = by_rule["convert_mt"]
+    assert "gpu" not in convert and convert["slurm_partition"] == "cpu" and convert["mem_mb"] == "16000"
 
 
 def test_downloads_and_light_steps_never_go_to_a_cluster(tmp_path):

@@ -30,10 +30,31 @@ STEP_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Which module provides each sub-command, so that a job imports only its own step (a table job
+# need not import torch: ~3 s less per light job). Kept equal to what the modules register by a
+# test (tests/test_cli.py).
+COMMANDS = {
+    "world": "world", "world-parallel": "world",
+    "download": "download", "extract": "download",
+    "read-multi30k": "readers", "read-coco": "readers",
+    "prepare-text": "text", "prepare-captions": "text", "train-truecaser": "text",
+    "vocab": "vocab",
+    "features": "features",
+    "train": "training",
+    "score-embeddings": "evaluation", "score-translation": "evaluation", "evaluate": "metrics",
+    "train-mt": "translation", "convert-mt": "translation", "translate-captions": "translation",
+    "mine": "mining", "pseudopair-captions": "mining",
+    "pseudopair-stats": "hubness",
+    "pseudopair-figure": "figures", "training-curves": "figures",
+    "table": "tables", "tables-markdown": "tables",
+}
+
+
+def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with the sub-commands of ``modules`` (default: every step module)."""
     parser = argparse.ArgumentParser(prog="pseudopairs", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in STEP_MODULES:
+    for name in STEP_MODULES if modules is None else modules:
         module = importlib.import_module(f"pseudopairs.{name}")
         module.register_cli(subparsers)
     return parser
@@ -41,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser([COMMANDS[argv[0]]] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         result = args.func(args)

@@ -12,7 +12,7 @@ directory and renames it onto the destination, refusing members that would land 
 The upstream locations and recorded checksums of the paper's data live in ``checksums.json``
 beside this module; :func:`paper_sources` describes them.
 
-Only the standard library (urllib) and tqdm are used.
+Downloads use the standard library (urllib) and tqdm.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
 import tarfile
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -38,6 +36,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tqdm import tqdm
+
+from pseudopairs.io import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -427,9 +427,7 @@ def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, overwrit
     kind = _archive_kind(archive)
     if dest_dir.exists() and not overwrite:
         raise RuntimeError(f"{dest_dir}: already exists (remove it or pass overwrite)")
-    dest_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", suffix=".tmp", dir=dest_dir.parent))
-    try:
+    with atomic_directory(dest_dir) as tmp:
         if kind == "zip":
             try:
                 with zipfile.ZipFile(archive) as zf:
@@ -462,17 +460,6 @@ def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, overwrit
                             tf.extract(member, tmp)
             except tarfile.TarError as err:
                 raise ValueError(f"{archive}: not a valid tar archive ({err})") from err
-        if dest_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", suffix=".old", dir=dest_dir.parent))
-            old.rmdir()
-            os.replace(dest_dir, old)
-            os.replace(tmp, dest_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest_dir
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,6 +44,49 @@ def atomic_path(path: str | os.PathLike, *, suffix: str | None = None) -> Iterat
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path``; on success it replaces ``path`` (an existing
+    directory is moved aside first and removed after the rename), on error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            old.rmdir()
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def parse_json_object(value: str | None, *, option: str) -> dict:
+    """A command-line JSON object: the text itself, or ``@PATH`` for a file holding it; ``None``
+    or blank gives ``{}``. Errors name ``option``."""
+    if value is None or not value.strip():
+        return {}
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        if not path.exists():
+            raise FileNotFoundError(f"{option}: {path} not found")
+        text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{option}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{option}: expected a JSON object")
+    return data
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -192,6 +192,16 @@ def _exact_topk_means(entries: WindowEntries, exact: np.ndarray, k: int, n_lines
 # --------------------------------------------------------------------------------------------
 
 
+def _device_copies(cache: dict, device, *arrays) -> tuple:
+    """``arrays`` as torch tensors on ``device``, copied once per device (kept in ``cache``)."""
+    key = str(device)
+    if key not in cache:
+        import torch
+
+        cache[key] = tuple(torch.as_tensor(a, device=device) for a in arrays)
+    return cache[key]
+
+
 def _subtract_columns(offsets32: np.ndarray):
     """``S − offsets32[col]`` (float32, one rounding)."""
     cache: dict = {}
@@ -199,12 +209,8 @@ def _subtract_columns(offsets32: np.ndarray):
     def transform(block) -> None:
         v = block.valid
         if is_tensor(v):
-            import torch
-
-            key = str(v.device)
-            if key not in cache:
-                cache[key] = torch.as_tensor(offsets32, device=v.device)
-            v.sub_(cache[key][block.col0: block.col1])
+            (offsets,) = _device_copies(cache, v.device, offsets32)
+            v.sub_(offsets[block.col0: block.col1])
         else:
             np.subtract(v, offsets32[None, block.col0: block.col1], out=v)
 
@@ -218,12 +224,7 @@ def _divide_pairs(rq32: np.ndarray, rd32: np.ndarray, strip: int = 64):
     def transform(block) -> None:
         v = block.valid
         if is_tensor(v):
-            import torch
-
-            key = str(v.device)
-            if key not in cache:
-                cache[key] = (torch.as_tensor(rq32, device=v.device), torch.as_tensor(rd32, device=v.device))
-            tq, td = cache[key]
+            tq, td = _device_copies(cache, v.device, rq32, rd32)
             for r in range(0, block.n_rows, strip):
                 rows = slice(block.row0 + r, min(block.row1, block.row0 + r + strip))
                 den = tq[rows, None] + td[None, block.col0: block.col1]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import math
 import random
@@ -48,7 +47,7 @@ from tqdm import tqdm
 
 from pseudopairs.data import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, CaptionSet,
                               TaskSampler, TokenTable, load_caption_set)
-from pseudopairs.io import atomic_path, read_captions, write_json_atomic, write_text_atomic
+from pseudopairs.io import atomic_path, parse_json_object, read_captions, write_json_atomic, write_text_atomic
 from pseudopairs.model import IMAGE_NORMALIZATIONS, RankingModel, contrastive_loss
 from pseudopairs.vocab import Vocabulary, build_vocabulary
 
@@ -663,27 +662,11 @@ def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
 # CLI
 
 
-def _json_argument(value: str, option: str) -> dict:
-    text = value
-    if value.startswith("@"):
-        path = Path(value[1:])
-        if not path.exists():
-            raise FileNotFoundError(f"{option}: {path} not found")
-        text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{option}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{option}: expected a JSON object")
-    return data
-
-
 def _cli_train(args: argparse.Namespace) -> None:
-    settings = _json_argument(args.settings, "--settings")
+    settings = parse_json_object(args.settings, option="--settings")
     if args.threads is not None:  # the cores the scheduler granted (Snakemake's {threads})
         settings["threads"] = args.threads
-    summary = train(spec=_json_argument(args.spec, "--spec"), settings=settings,
+    summary = train(spec=parse_json_object(args.spec, option="--spec"), settings=settings,
                     out_dir=args.out_dir, seed=args.seed)
     print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
           f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "

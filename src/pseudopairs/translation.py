@@ -60,7 +60,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from pseudopairs.io import (CAPTION_COLUMNS, read_captions, write_json_atomic,
+from pseudopairs.io import (CAPTION_COLUMNS, atomic_directory, parse_json_object, read_captions, write_json_atomic,
                             write_parquet_atomic, write_text_atomic)
 
 log = logging.getLogger(__name__)
@@ -167,19 +167,6 @@ class _Settings:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def parse_settings_json(text: str | None, *, option: str = "--settings") -> dict:
-    """``--settings`` JSON → dict (``None`` or empty → ``{}``)."""
-    if text is None or not text.strip():
-        return {}
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{option} is not valid JSON: {err}") from err
-    if not isinstance(values, dict):
-        raise ValueError(f"{option} must be a JSON object")
-    return values
 
 
 @dataclass(frozen=True)
@@ -430,33 +417,6 @@ def compute_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> dict[s
 # --------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _staging_dir(output_dir: Path):
-    """A temporary sibling of ``output_dir``, renamed onto it (replacing it) only on success."""
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
-        if output_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".old", dir=output_dir.parent))
-            old.rmdir()
-            os.replace(output_dir, old)
-            os.replace(tmp, output_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _encode_pairs(tokenizer: SentencePieceTokenizer, vocab: list[str], src: list[str], tgt: list[str]):
     from pseudopairs.mt_model import UNK_ID
 
@@ -494,7 +454,7 @@ def train_mt(*, source_train: str | os.PathLike, target_train: str | os.PathLike
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     try:
-        with _staging_dir(output_dir) as tmp:
+        with atomic_directory(output_dir) as tmp:
             sp_bytes = train_sentencepiece(train_src_text + train_tgt_text,
                                            vocab_size=settings.spm_vocab_size,
                                            model_type=settings.spm_model_type,
@@ -872,7 +832,7 @@ def convert_checkpoint(checkpoint: str | os.PathLike, output_dir: str | os.PathL
     shared = source_tokenizer.resolve() == target_tokenizer.resolve() or \
         sha256_file(source_tokenizer) == sha256_file(target_tokenizer)
 
-    with _staging_dir(output_dir) as tmp:
+    with atomic_directory(output_dir) as tmp:
         convert_from = checkpoint
         if loaded.needs_resave:
             # Outside the final directory: the re-saved copy is only the converter's input.
@@ -1439,7 +1399,7 @@ def _command_line() -> str:
 
 
 def _cmd_train_mt(args: argparse.Namespace) -> int:
-    values = parse_settings_json(args.settings)
+    values = parse_json_object(args.settings, option="--settings")
     if args.threads is not None:
         values["threads"] = args.threads
     settings = TrainSettings.from_dict(values)
@@ -1467,7 +1427,7 @@ def _cmd_convert_mt(args: argparse.Namespace) -> int:
 def _cmd_translate_captions(args: argparse.Namespace) -> int:
     from pseudopairs.text import CASES, parse_truecase_models
 
-    values = parse_settings_json(args.settings)
+    values = parse_json_object(args.settings, option="--settings")
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
