@@ -45,8 +45,9 @@ def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/table4.csv")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    # De+COCO, 6 pseudopair rows, footnote 7's c2c row, 8 hubness-aware rows: 16 experiments x 2 seeds
-    assert counts["train"] == 32 and counts["evaluate"] == 32
+    # De+COCO, 6 pseudopair rows, footnote 7's c2c row, the fine-tuning control, 8 hubness-aware
+    # rows: 17 experiments x 2 seeds
+    assert counts["train"] == 34 and counts["evaluate"] == 34
     # the paper's cosine set and 4 hubness-aware sets of the De+COCO model, per seed
     assert counts["mine"] == 5 * 2
     # cosine set at percentiles 0, 25, 75; hubness sets unfiltered; per seed
@@ -64,9 +65,9 @@ def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
     # one MT model for every translated data set: trained on the world's parallel text, converted
     assert counts["world_parallel"] == 1 and counts["train_mt"] == 1 and counts["convert_mt"] == 1
     assert counts["translate"] == 1  # coco.de-mt
-    # Table 5: baseline, 6 pseudopair rows, translation, 4 hubness fine-tunes = 12; Table 6 adds
-    # de_coco (a pseudopair source of Table 5 too), de_coco_mt, de_coco_mt_c2c; x 2 seeds
-    assert counts["train"] == (12 + 3) * 2
+    # Table 5: baseline, 6 pseudopair rows, translation, the fine-tuning control, 4 hubness
+    # fine-tunes = 13; Table 6 adds de_coco, de_coco_mt, de_coco_mt_c2c; x 2 seeds
+    assert counts["train"] == (13 + 3) * 2
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     translate = next(b for b in blocks if "rule translate:" in b)
     assert "results/captions/coco/train.parquet" in translate
@@ -203,7 +204,7 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     by_rule: dict[str, list[dict]] = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
-    assert len(by_rule["train"]) == 16 * 3   # 16 experiments x 3 seeds
+    assert len(by_rule["train"]) == 17 * 3   # 17 experiments x 3 seeds
     for job in by_rule["train"]:
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
             ("1", "32000", "1440", "gpu", 4)
