@@ -108,6 +108,24 @@ def test_conda_environment_pins_the_same_versions_as_pyproject():
     assert set(pip) - {"-e ../"} == pinned
 
 
+def test_per_rule_environments_pin_as_pyproject():
+    """envs/steps.yaml (every step) and envs/translation.yaml (the translate job, no torch) pin
+    the same versions as pyproject.toml; only the CUDA 12 cuBLAS wheel is translation's own."""
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pinned = {p.split("==")[0].lower(): p for p in pyproject["project"]["dependencies"]}
+    for name, extra in (("steps.yaml", set()), ("translation.yaml", {"nvidia-cublas-cu12"})):
+        env = yaml.safe_load((REPO / "envs" / name).read_text())
+        pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+        for requirement in pip:
+            package = requirement.split("==")[0].lower()
+            assert "==" in requirement, (name, requirement)
+            assert package in extra or pinned.get(package) == requirement, (name, requirement)
+    translation = yaml.safe_load((REPO / "envs" / "translation.yaml").read_text())
+    assert not [r for r in translation["dependencies"][-1]["pip"] if r.startswith("torch")]
+
+
 def test_a_configfile_with_a_few_keys_layers_over_the_defaults(tmp_path):
     """`--configfile` files are merged over config/config.yaml (and each other, in order), as
     Snakemake users expect: a file with just `seeds: [1]` is a complete configuration."""
