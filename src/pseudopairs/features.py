@@ -25,7 +25,6 @@ fingerprint match, so a killed job resumes; the final file is assembled with
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import logging
@@ -39,7 +38,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
-from pseudopairs.io import IMAGE_COLUMNS, atomic_path, save_features, write_text_atomic
+from pseudopairs.io import IMAGE_COLUMNS, atomic_path, remove_owned_files, save_features, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -401,15 +400,8 @@ def settings_fingerprint(settings: FeatureSettings, *, device) -> str:
 
 def remove_shards(shard_dir: Path) -> None:
     """Delete our shard files (and their temporaries), then the directory if it is empty."""
-    shard_dir = Path(shard_dir)
-    if not shard_dir.is_dir():
-        return
-    for entry in shard_dir.iterdir():
-        name = entry.name
-        if entry.is_file() and (_SHARD_PATTERN.match(name) or (name.startswith(".shard-") and ".tmp" in name)):
-            entry.unlink()
-    with contextlib.suppress(OSError):
-        shard_dir.rmdir()
+    remove_owned_files(shard_dir, owned=lambda name: bool(
+        _SHARD_PATTERN.match(name) or (name.startswith(".shard-") and ".tmp" in name)))
 
 
 # --------------------------------------------------------------------------------------------

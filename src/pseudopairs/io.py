@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -67,6 +67,19 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_owned_files(directory: str | os.PathLike, *, owned: Callable[[str], bool]) -> None:
+    """Delete the files of ``directory`` whose names ``owned`` accepts (a step's resumable pieces
+    and their temporaries), then the directory itself if that left it empty."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for entry in directory.iterdir():
+        if entry.is_file() and owned(entry.name):
+            entry.unlink()
+    with contextlib.suppress(OSError):
+        directory.rmdir()
 
 
 def parse_json_object(value: str | None, *, option: str) -> dict:

@@ -115,6 +115,11 @@ def translated_captions(dataset: str) -> str:
     return f"{RESULTS}/translations/{dataset}/train.parquet"
 
 
+def translated_captions_sidecar(dataset: str) -> str:
+    """The JSON sidecar of :func:`translated_captions` (model, settings, counts)."""
+    return f"{RESULTS}/translations/{dataset}/train.json"
+
+
 def table(name: str) -> str:
     return f"{RESULTS}/{name}.csv"
 

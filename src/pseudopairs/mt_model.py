@@ -44,17 +44,18 @@ LAYER_NORM_EPS = 1e-5
 
 @dataclass(frozen=True)
 class TransformerShape:
-    """Architecture of :class:`Seq2SeqTransformer`."""
+    """Architecture of :class:`Seq2SeqTransformer` (from ``translation.train`` settings or a
+    checkpoint's options; no defaults of its own)."""
 
     src_vocab: int
     tgt_vocab: int
-    enc_layers: int = 2
-    dec_layers: int = 2
-    d_model: int = 128
-    heads: int = 4
-    ff: int = 512
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
+    enc_layers: int
+    dec_layers: int
+    d_model: int
+    heads: int
+    ff: int
+    dropout: float
+    attention_dropout: float
 
 
 def sinusoid_table(max_len: int, dim: int) -> torch.Tensor:

@@ -60,7 +60,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from pseudopairs.io import (CAPTION_COLUMNS, atomic_directory, parse_json_object, read_captions, write_json_atomic,
+from pseudopairs.io import (CAPTION_COLUMNS, atomic_directory, parse_json_object, read_captions, remove_owned_files, write_json_atomic,
                             write_parquet_atomic, write_text_atomic)
 
 log = logging.getLogger(__name__)
@@ -1065,15 +1065,7 @@ def _read_chunk(chunk_dir: Path, index: int, *, start: int, stop: int, fingerpri
 
 def remove_chunks(chunk_dir: Path) -> None:
     """Delete our chunk files (and their temporaries), then the directory if it is empty."""
-    chunk_dir = Path(chunk_dir)
-    if not chunk_dir.is_dir():
-        return
-    for entry in chunk_dir.iterdir():
-        name = entry.name
-        if entry.is_file() and name.startswith(("chunk-", ".chunk-")) and ".json" in name:
-            entry.unlink()
-    with contextlib.suppress(OSError):
-        chunk_dir.rmdir()
+    remove_owned_files(chunk_dir, owned=lambda name: name.startswith(("chunk-", ".chunk-")) and ".json" in name)
 
 
 def translation_fingerprint(model: ModelDir, settings: TranslateSettings, *, device: str, compute: str,

@@ -91,6 +91,8 @@ def truecase_args(wildcards, input):
 # ----------------------------------------------------------------------------------------------
 # Translation
 
+TRANSLATION_DOWNLOADED = config.get("translation", {}).get("model", {}).get("source") == "download"
+
 
 def translation_parallel_text(wildcards):
     """train_mt's inputs: the parallel text of config translation.model.parallel_text, else the
@@ -112,22 +114,21 @@ def translation_parallel_text(wildcards):
 def translation_files():
     """Checkpoint and SentencePiece model inside the model directory convert_mt reads."""
     model = config["translation"]["model"]
-    if model["source"] == "download":
+    if TRANSLATION_DOWNLOADED:
         return {"checkpoint": model["checkpoint"], "tokenizer": model["tokenizer"]}
     return {"checkpoint": "model.pt", "tokenizer": "sentencepiece.model"}
 
 
 def translation_checkpoint_dir():
-    if config["translation"]["model"]["source"] == "download":
+    """The model directory convert_mt reads: the extracted download, or train_mt's output."""
+    if TRANSLATION_DOWNLOADED:
         return layout.translation_downloaded_model()
     return layout.translation_trained_model()
 
 
 def translation_fetch_inputs():
     """The published translation model, for the `fetch` target (nothing when it is trained)."""
-    if config["translation"]["model"]["source"] == "download":
-        return [layout.translation_downloaded_model()]
-    return []
+    return [translation_checkpoint_dir()] if TRANSLATION_DOWNLOADED else []
 
 
 def translate_settings():

@@ -4,7 +4,7 @@
 
 TRANSLATION_MODEL = config["translation"]["model"]
 
-if TRANSLATION_MODEL["source"] == "train":
+if not TRANSLATION_DOWNLOADED:
 
     rule train_mt:
         input:
@@ -104,7 +104,7 @@ rule translate:
         truecase=translation_truecase_inputs,
     output:
         captions=layout.translated_captions("{dataset}"),
-        sidecar=layout.translated_captions("{dataset}").replace(".parquet", ".json"),
+        sidecar=layout.translated_captions_sidecar("{dataset}"),
     log:
         layout.log("translate", "{dataset}"),
     benchmark:
