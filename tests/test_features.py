@@ -238,6 +238,26 @@ def test_shards_from_other_settings_or_images_are_not_reused(tmp_path, monkeypat
     np.testing.assert_array_equal(same.features, other_images.features)
 
 
+def test_shards_of_changed_image_files_are_not_reused(tmp_path, monkeypatch, memoised_models):
+    """Issue 16's probe: a job killed after one shard, the images then regenerated (another world
+    seed: same ids and paths, new pixels), and the job rerun must not mix the old features in."""
+    frame = make_images(tmp_path / "img", 6)
+    images = write_list(frame, tmp_path / "list.parquet")
+    out = tmp_path / "out" / "f.npz"
+    with monkeypatch.context() as m:
+        kill_after_first_shard(m)
+        with pytest.raises(Killed):
+            F.run_features(images, out, tmp_path / "out" / "s.tsv", settings=settings(), progress=False)
+    assert (Path(str(out) + ".shards") / "shard-000000.npz").exists()
+    regenerated = make_images(tmp_path / "img", 6, seed=99)  # same ids and paths, other pixels
+    assert regenerated["path"].tolist() == frame["path"].tolist()
+    memoised_models["images"] = 0
+    result = F.run_features(images, out, tmp_path / "out" / "s.tsv", settings=settings(), progress=False)
+    assert result.reused_shards == 0 and memoised_models["images"] == 6
+    clean = F.extract_features(regenerated, settings=settings(), progress=False)
+    np.testing.assert_array_equal(load_features(out)[1], clean.features)
+
+
 def test_unreadable_image_is_an_error_naming_it(tmp_path):
     frame = make_images(tmp_path / "img", 5)
     bad = Path(frame.loc[2, "path"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 # Modules that contribute sub-commands, in the order they appear in ``--help``.
@@ -60,18 +61,42 @@ def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def describe_error(err: BaseException) -> str:
+    """One line for a failed step: the message (which names the file) for the errors the steps
+    raise on purpose, the library's error type otherwise."""
+    if isinstance(err, OSError) and err.strerror:
+        where = f"{err.filename}: " if err.filename else ""
+        text = f"{where}{err.strerror}"
+    elif isinstance(err, (ValueError, RuntimeError, KeyError)) and str(err):
+        text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    else:
+        text = f"{type(err).__name__}: {err} (rerun with --verbose for the traceback)"
+    return " ".join(text.split())
+
+
+def run_command(args: argparse.Namespace, *, verbose: bool) -> int:
+    """Run a parsed command: its exit code, or 1 and one line on stderr when it fails (with
+    ``verbose``, or PSEUDOPAIRS_VERBOSE=1 in the environment, the traceback instead)."""
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # noqa: BLE001 — every failure becomes one line naming its cause
+        if verbose or os.environ.get("PSEUDOPAIRS_VERBOSE") == "1":
+            raise
+        print(f"pseudopairs {args.command}: error: {describe_error(err)}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv[:1]
+    if verbose:
+        argv = argv[1:]
     parser = build_parser([COMMANDS[argv[0]]] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
-    try:
-        result = args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        # Clear, one-line errors for bad input; the traceback adds nothing for a user.
-        print(f"pseudopairs {args.command}: error: {err}", file=sys.stderr)
-        return 1
-    return int(result or 0)
+    return run_command(args, verbose=verbose)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,15 @@ def _pseudopair_errors(config: dict) -> list[str]:
                    "inverted_softmax": {"beta"}}[criterion]
         for key in sorted(set(mining) - {"criterion"} - allowed):
             messages.append(f"{where}.mining.{key}': not a parameter of criterion {criterion!r}")
+        if "k" in allowed and isinstance(mining.get("k"), int) and not messages:
+            from pseudopairs.experiments import known_caption_count
+
+            for role in ("database", "queries"):
+                count = known_caption_count(config, pp[role])
+                if count is not None and mining["k"] > count:
+                    messages.append(f"{where}.mining.k': k={mining['k']} exceeds the {count} captions "
+                                    f"of the {role} ({pp[role]}); criterion {criterion!r} averages "
+                                    f"each side's k nearest neighbours")
     stats = config.get("pseudopair_stats", {})
     for i, pair in enumerate(stats.get("compare", [])):
         for side in ("a", "b"):

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pseudopairs.io import check_missing_images, load_features, read_captions
+from pseudopairs.io import check_caption_texts, check_missing_images, load_features, read_captions
 from pseudopairs.vocab import PAD_ID, Vocabulary
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,7 @@ def load_caption_set(*, name: str, captions, lang: str, vocab: Vocabulary, featu
             raise ValueError(f"{captions}: no {lang!r} caption has an image in {features}")
         feature_rows = rows
     texts = frame["text"].astype(str).tolist()
+    check_caption_texts(texts, source=str(captions), what=f"{lang} captions (data set {name})")
     return CaptionSet(name=name, lang=lang, image_ids=image_ids,
                       caption_idx=frame["caption_idx"].to_numpy(dtype=np.int64), texts=texts,
                       tokens=TokenTable.encode(vocab, texts), feature_rows=feature_rows,

@@ -38,6 +38,31 @@ def dataset_kind(config: dict, name: str) -> str:
     return "corpus"
 
 
+def known_caption_count(config: dict, name: str, split: str = "train") -> int | None:
+    """How many captions data set ``name`` has in ``split``, when that is known before any job
+    runs: from the world's sizes in the demo, else from its prepared caption table if it exists
+    already (``None`` otherwise). Used to check settings such as a criterion's ``k`` against the
+    data at DAG time."""
+    ds = dataset(config, name)
+    if dataset_kind(config, name) != "corpus":
+        return None
+    if config.get("data", {}).get("source") == "world":
+        world = config.get("world", {})
+        sizes = world.get("images", {}).get(ds["corpus"], {})
+        if split in sizes:
+            return int(sizes[split]) * int(world.get("captions_per_image", 5))
+        return None
+    from pathlib import Path
+
+    path = Path(layout.captions(ds["corpus"], split))
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    langs = pq.read_table(path, columns=["lang"]).column("lang").to_pylist()
+    return sum(1 for lang in langs if lang == ds["lang"])
+
+
 def dataset_files(config: dict, name: str, split: str = "train", *,
                   seed: int | None = None) -> dict[str, str]:
     """Caption table, feature file and language of data set ``name`` for ``split``. Synthetic

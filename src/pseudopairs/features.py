@@ -15,10 +15,10 @@ Scale and faults: images are decoded, resized and cropped in DataLoader workers 
 host-to-device copy is small); normalisation and the forward pass run on the device
 (``channels_last``, ``torch.inference_mode``, fp16 autocast on CUDA; ``features.threads``, if
 set, is the torch thread count for it, else see :func:`forward_threads`). Batches never cross shards. Every ``shard_size`` images
-a finished shard is written atomically to the shard directory together with its image ids, paths
-and a fingerprint of everything that changes the numbers (weights, seed, preprocessing, dtype,
-device kind, library versions). A restarted job reuses exactly the shards whose ids and
-fingerprint match, so a killed job resumes; the final file is assembled with
+a finished shard is written atomically to the shard directory together with its image ids, paths,
+each image file's size and modification time, and a fingerprint of everything that changes the
+numbers (weights, seed, preprocessing, dtype, device kind, library versions). A restarted job
+reuses exactly the shards whose ids, image files and fingerprint match, so a killed job resumes; the final file is assembled with
 :func:`pseudopairs.io.save_features` and the shards are removed afterwards.
 """
 
@@ -319,6 +319,7 @@ class Shard:
     features: np.ndarray
     reasons: list[str]
     fingerprint: str
+    stamps: list[str]  # per image: its file's size and modification time (see file_stamps)
 
 
 def shard_path(shard_dir: Path, index: int) -> Path:
@@ -332,13 +333,30 @@ def _write_shard(shard_dir: Path, shard: Shard) -> Path:
             np.savez(handle, image_id=np.asarray(shard.image_ids, dtype=str),
                      path=np.asarray(shard.paths, dtype=str), features=shard.features,
                      reason=np.asarray(shard.reasons, dtype=str),
-                     fingerprint=np.asarray(shard.fingerprint))
+                     fingerprint=np.asarray(shard.fingerprint),
+                     stamp=np.asarray(shard.stamps, dtype=str))
     return path
 
 
+def file_stamps(paths: Sequence[str]) -> list[str]:
+    """``size:mtime_ns:inode`` of each image file: a shard is reused only while every one of its
+    image files is unchanged (a regenerated or replaced image has a new modification time or a new
+    inode), as training's ``last.pt`` is reused only while its input files are."""
+    stamps = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            stamps.append("missing")
+        else:
+            stamps.append(f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+    return stamps
+
+
 def _read_shard(shard_dir: Path, index: int, *, image_ids: list[str], paths: list[str],
-                fingerprint: str, dtype: str) -> Shard | None:
-    """The stored shard if it exists and matches ids, paths and fingerprint; else ``None``."""
+                stamps: list[str], fingerprint: str, dtype: str) -> Shard | None:
+    """The stored shard if it exists and matches ids, paths, the image files' stamps and the
+    fingerprint; else ``None``."""
     path = shard_path(shard_dir, index)
     if not path.is_file():
         return None
@@ -347,11 +365,15 @@ def _read_shard(shard_dir: Path, index: int, *, image_ids: list[str], paths: lis
             stored = Shard(index=index, image_ids=[str(x) for x in data["image_id"]],
                            paths=[str(x) for x in data["path"]], features=data["features"],
                            reasons=[str(x) for x in data["reason"]],
-                           fingerprint=str(data["fingerprint"]))
+                           fingerprint=str(data["fingerprint"]),
+                           stamps=[str(x) for x in data["stamp"]] if "stamp" in data else [])
     except Exception as err:  # noqa: BLE001 — an unreadable shard is simply recomputed
         log.warning("shard %s unreadable (%s); recomputing it", path, err)
         return None
     kept = sum(1 for r in stored.reasons if not r)
+    if stored.stamps != stamps:
+        log.info("shard %s: image files changed since it was written; recomputing it", path)
+        return None
     if (stored.fingerprint != fingerprint or stored.image_ids != image_ids or stored.paths != paths
             or stored.features.shape != (kept, FEATURE_DIM) or stored.features.dtype != np.dtype(dtype)):
         log.info("shard %s is from other settings or images; recomputing it", path)
@@ -491,6 +513,7 @@ def extract_features(
     amp_dtype = autocast_dtype(device)
     np_dtype = np.dtype(settings.dtype)
     fingerprint = settings_fingerprint(settings, device=device)
+    stamps = file_stamps(paths)
     size = settings.shard_size
     n_shards = (n + size - 1) // size
     bounds = [(k * size, min(n, (k + 1) * size)) for k in range(n_shards)]
@@ -500,7 +523,7 @@ def extract_features(
         shard_dir = Path(shard_dir)
         for k, (lo, hi) in enumerate(bounds):
             stored = _read_shard(shard_dir, k, image_ids=ids[lo:hi], paths=paths[lo:hi],
-                                 fingerprint=fingerprint, dtype=settings.dtype)
+                                 stamps=stamps[lo:hi], fingerprint=fingerprint, dtype=settings.dtype)
             if stored is not None:
                 if not settings.skip_unreadable:
                     for image_id, path, reason in zip(stored.image_ids, stored.paths, stored.reasons):
@@ -548,7 +571,7 @@ def extract_features(
                     index=k, image_ids=ids[lo:hi], paths=paths[lo:hi],
                     features=(np.stack(vectors) if vectors else np.zeros((0, FEATURE_DIM))).astype(np_dtype),
                     reasons=[got[r] if isinstance(got[r], str) else "" for r in range(lo, hi)],
-                    fingerprint=fingerprint)
+                    fingerprint=fingerprint, stamps=stamps[lo:hi])
                 if shard_dir is not None:
                     _write_shard(shard_dir, shard)
                 shards[k] = shard

@@ -7,7 +7,9 @@ so a killed job never leaves a file that looks complete.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -15,6 +17,41 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pandas as pd
+
+
+log = logging.getLogger(__name__)
+
+
+class UnreadableFileError(ValueError):
+    """An input file exists but cannot be read (truncated, corrupt, another format)."""
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike, what: str, *, fix: str = "delete it and rerun the step that "
+            "writes it") -> Iterator[None]:
+    """Turn a library's failure to read ``path`` (a truncated zip, a corrupt Parquet file or
+    checkpoint …) into one line that names the file, says what it should be and what to do.
+    A missing file stays a :class:`FileNotFoundError` naming it."""
+    try:
+        yield
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{path}: {what} not found") from err
+    except (UnreadableFileError, MemoryError):
+        raise
+    except Exception as err:  # noqa: BLE001 — whatever the library raised, the file is the cause
+        detail = " ".join(str(err).split()) or "no details"
+        raise UnreadableFileError(f"{path}: cannot read {what} ({type(err).__name__}: {detail}); "
+                                  f"{fix}") from err
+
+
+def out_of_space(err: BaseException, path: str | os.PathLike) -> OSError | None:
+    """A one-line :class:`OSError` naming ``path`` when ``err`` is a full disk (or quota), else
+    ``None``."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OSError(err.errno, f"{path}: no space left on the device while writing it; free "
+                                  "some space and rerun (finished outputs and checkpoints are "
+                                  "kept, so the step resumes)")
+    return None
 
 
 def _umask() -> int:
@@ -40,9 +77,12 @@ def atomic_path(path: str | os.PathLike, *, suffix: str | None = None) -> Iterat
     try:
         yield tmp_path
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        full = out_of_space(err, path)
+        if full is not None:
+            raise full from err
         raise
 
 
@@ -54,7 +94,13 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        yield tmp
+        try:
+            yield tmp
+        except BaseException as err:
+            full = out_of_space(err, path)
+            if full is not None:
+                raise full from err
+            raise
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
@@ -123,13 +169,33 @@ IMAGE_COLUMNS = ["image_id", "path"]
 
 def read_captions(path: str | os.PathLike, *, lang: str | None = None) -> pd.DataFrame:
     """Read a caption table (DESIGN §4), optionally keeping one language; row order is kept."""
-    frame = pd.read_parquet(path)
+    with reading(path, "a caption table (Parquet)"):
+        frame = pd.read_parquet(path)
     missing = [c for c in RAW_CAPTION_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: not a caption table, missing columns {missing}")
     if lang is not None:
         frame = frame[frame["lang"] == lang].reset_index(drop=True)
     return frame
+
+
+#: A caption table with more empty prepared captions than this share is refused.
+MAX_EMPTY_CAPTION_SHARE = 0.01
+
+
+def check_caption_texts(texts, *, source: str, what: str = "captions") -> None:
+    """Refuse an empty or near-empty caption list: no captions at all, or more than
+    :data:`MAX_EMPTY_CAPTION_SHARE` of them without a single token (a table of empty captions
+    would train on nothing and make every mined query pair with one empty caption)."""
+    texts = list(texts)
+    if not texts:
+        raise ValueError(f"{source}: no {what}")
+    empty = sum(1 for t in texts if not isinstance(t, str) or not t.strip())
+    if empty > MAX_EMPTY_CAPTION_SHARE * len(texts):
+        raise ValueError(f"{source}: {empty} of {len(texts)} {what} are empty "
+                         f"(more than {MAX_EMPTY_CAPTION_SHARE:.0%}); check the raw captions")
+    if empty:
+        log.warning("%s: %d of %d %s are empty", source, empty, len(texts), what)
 
 
 FEATURE_FORMATS = (".npz", ".parquet")
@@ -186,11 +252,14 @@ def load_features(path: str | os.PathLike):
     import numpy as np
 
     path = Path(path)
+    fix = "delete it and rerun the features step"
     if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as data:
-            return [str(x) for x in data["image_id"]], data["features"]
+        with reading(path, "a feature file (.npz)", fix=fix):
+            with np.load(path, allow_pickle=False) as data:
+                return [str(x) for x in data["image_id"]], data["features"]
     if path.suffix == ".parquet":
-        frame = pd.read_parquet(path)
-        ids = frame.pop("image_id").astype(str).tolist()
-        return ids, frame.to_numpy()
+        with reading(path, "a feature file (Parquet)", fix=fix):
+            frame = pd.read_parquet(path)
+            ids = frame.pop("image_id").astype(str).tolist()
+            return ids, frame.to_numpy()
     raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")

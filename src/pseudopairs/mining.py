@@ -459,7 +459,7 @@ def mine_pseudopairs(*, spec: dict, pairs_path, stats_path, progress: bool = Tru
     import torch
 
     from pseudopairs.hubness import usage_summary
-    from pseudopairs.io import read_captions, write_json_atomic, write_parquet_atomic
+    from pseudopairs.io import check_caption_texts, read_captions, write_json_atomic, write_parquet_atomic
     from pseudopairs.training import encode_captions_texts, load_model, resolve_device
     from pseudopairs.vocab import Vocabulary
 
@@ -478,6 +478,7 @@ def mine_pseudopairs(*, spec: dict, pairs_path, stats_path, progress: bool = Tru
             raise ValueError(f"{ref['captions']}: no {ref['lang']!r} captions to mine ({role})")
         if "text" not in frame.columns:
             raise ValueError(f"{ref['captions']}: caption table has no prepared 'text' column")
+        check_caption_texts(frame["text"], source=ref["captions"], what=f"{ref['lang']} captions ({role})")
         tables[role] = frame
     batch = int(settings.get("encode_batch_size", 256))
     embeddings = {role: encode_captions_texts(model, vocab, tables[role]["text"].astype(str).tolist(),
@@ -552,7 +553,10 @@ def pseudopair_caption_table(pairs, *, min_percentile: float, dataset: str):
 def read_pairs(path) -> "pd.DataFrame":
     import pandas as pd
 
-    frame = pd.read_parquet(path)
+    from pseudopairs.io import reading
+
+    with reading(path, "a pseudopair file (Parquet)", fix="delete it and rerun the mine step"):
+        frame = pd.read_parquet(path)
     missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: not a pseudopair file, missing columns {missing}")

@@ -71,7 +71,7 @@ from typing import Iterable
 from sacremoses import MosesPunctNormalizer, MosesTokenizer, MosesTruecaser
 from sacremoses.corpus import NonbreakingPrefixes
 
-from pseudopairs.io import atomic_path, read_captions, write_parquet_atomic
+from pseudopairs.io import atomic_path, check_caption_texts, read_captions, write_parquet_atomic
 
 CASES = ("lowercase", "truecase")
 log = logging.getLogger(__name__)
@@ -484,6 +484,9 @@ def prepare_captions(frame, *, case: str = "lowercase",
                                   truecaser=truecasers.get(lang) if case == "truecase" else None))
     out = frame.copy()
     out["text"] = texts
+    for lang in langs:  # a table of (nearly) empty captions is refused, with the count
+        check_caption_texts(out.loc[out["lang"] == lang, "text"], source=source,
+                            what=f"{lang} captions (after preparation)")
     return out
 
 

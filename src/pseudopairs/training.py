@@ -47,7 +47,8 @@ from tqdm import tqdm
 
 from pseudopairs.data import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, CaptionSet,
                               TaskSampler, TokenTable, load_caption_set)
-from pseudopairs.io import atomic_path, parse_json_object, read_captions, write_json_atomic, write_text_atomic
+from pseudopairs.io import (atomic_path, parse_json_object, read_captions, reading, write_json_atomic,
+                            write_text_atomic)
 from pseudopairs.model import IMAGE_NORMALIZATIONS, RankingModel, contrastive_loss
 from pseudopairs.vocab import Vocabulary, build_vocabulary
 
@@ -375,7 +376,8 @@ def load_model(checkpoint_path, device: str | torch.device = "cpu") -> tuple[Ran
     path = Path(checkpoint_path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such checkpoint")
-    data = torch.load(path, map_location=device, weights_only=True)
+    with reading(path, "a model checkpoint", fix="delete it and rerun its training job"):
+        data = torch.load(path, map_location=device, weights_only=True)
     if isinstance(data, dict) and data.get("format") == STATE_FORMAT:
         progress = data["progress"]
         if progress.get("best_state") is None:
@@ -556,8 +558,12 @@ def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
     vocab_path = out_dir / VOCAB
     partial_log_path = out_dir / PARTIAL_LOG
     if last_path.exists():
-        state = torch.load(last_path, map_location="cpu", weights_only=True)
-        if state.get("format") == STATE_FORMAT and state.get("run_key") == run_key:
+        try:
+            state = torch.load(last_path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 — a damaged resume state is recomputed, not fatal
+            log.warning("%s is unreadable (%s: %s); starting afresh", last_path, type(err).__name__, err)
+            state = {}
+        if isinstance(state, dict) and state.get("format") == STATE_FORMAT and state.get("run_key") == run_key:
             model.load_state_dict(state["model"])
             trainer.load_state_dict(state["trainer"])
             _set_rng_states(state["rng"])

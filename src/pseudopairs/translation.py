@@ -1510,12 +1510,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pseudopairs.translation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        print(f"pseudopairs {args.command}: error: {err}", file=sys.stderr)
-        return 1
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv[:1]
+    args = parser.parse_args(argv[1:] if verbose else argv)
+    from pseudopairs.cli import run_command
+
+    return run_command(args, verbose=verbose)
 
 
 if __name__ == "__main__":

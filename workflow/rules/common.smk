@@ -81,11 +81,14 @@ def truecase_inputs(wildcards):
 
 
 def truecase_args(wildcards, input):
+    """``--truecase-model LANG=PATH`` per language, as a list (each item quoted in the shell)."""
     if config["text"]["case"] != "truecase":
-        return ""
-    return " ".join(
-        f"--truecase-model {lang}={layout.truecase_model(lang)}" for lang in text_langs()
-    )
+        return []
+    return [
+        arg
+        for lang in text_langs()
+        for arg in ("--truecase-model", f"{lang}={layout.truecase_model(lang)}")
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,9 +155,9 @@ def translation_truecase_inputs(wildcards):
 
 def translation_truecase_args(wildcards, input):
     if config["text"]["case"] != "truecase":
-        return ""
+        return []
     lang = ex.dataset(config, wildcards.dataset)["lang"]
-    return f"--truecase-model {lang}={layout.truecase_model(lang)}"
+    return ["--truecase-model", f"{lang}={layout.truecase_model(lang)}"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,7 +193,8 @@ def multi30k_sha256(relpath):
 
 
 def sha256_arg(value):
-    return f"--sha256 {value}" if value else ""
+    """``--sha256 VALUE`` as a list (quoted item by item in the shell), or nothing."""
+    return ["--sha256", value] if value else []
 
 
 def coco_image_dirs():
@@ -200,7 +204,7 @@ def coco_image_dirs():
 def archive(path):
     """A downloaded archive is removed once everything extracted from it exists (temp), unless
     paper_data.keep_archives is true."""
-    return path if PAPER["keep_archives"] else temp(path)
+    return path if PAPER.get("keep_archives", False) else temp(path)
 
 
 def flickr30k_images():

@@ -26,7 +26,7 @@ if WORLD:
             settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
             root=lambda w, output: Path(output.manifest).parents[1],
         shell:
-            "python -m pseudopairs world --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
+            "python -m pseudopairs world --settings {params.settings:q} --out-root {params.root:q} > {log:q} 2>&1"
 
     rule world_parallel:
         output:
@@ -48,7 +48,7 @@ if WORLD:
             settings=as_json(config["world"]),
             root=lambda w, output: Path(output[0]).parents[2],
         shell:
-            "python -m pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root} > {log} 2>&1"
+            "python -m pseudopairs world-parallel --settings {params.settings:q} --out-root {params.root:q} > {log:q} 2>&1"
 
 else:
 
@@ -71,8 +71,8 @@ else:
             sha256=lambda w: sha256_arg(multi30k_sha256(w.path)),
             retries=PAPER["retries"],
         shell:
-            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
-            "--retries {params.retries} > {log} 2>&1"
+            "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
+            "--retries {params.retries:q} > {log:q} 2>&1"
 
     rule read_multi30k_task2:
         input:
@@ -94,9 +94,9 @@ else:
             images_dir=PAPER["flickr30k_images"],
             root=f"{DOWNLOADS}/multi30k",
         shell:
-            "python -m pseudopairs read-multi30k --root {params.root} --task task2 --split {params.upstream} "
-            "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
-            "--captions-out {output.captions} --images-out {output.images} > {log} 2>&1"
+            "python -m pseudopairs read-multi30k --root {params.root:q} --task task2 --split {params.upstream:q} "
+            "--canonical-split {wildcards.split:q} --images-dir {params.images_dir:q} "
+            "--captions-out {output.captions:q} --images-out {output.images:q} > {log:q} 2>&1"
 
     rule read_multi30k_task1:
         input:
@@ -118,9 +118,9 @@ else:
             images_dir=PAPER["flickr30k_images"],
             root=f"{DOWNLOADS}/multi30k",
         shell:
-            "python -m pseudopairs read-multi30k --root {params.root} --task task1 --split {params.upstream} "
-            "--canonical-split {wildcards.split} --images-dir {params.images_dir:q} "
-            "--captions-out {output.captions} --langs {params.langs} > {log} 2>&1"
+            "python -m pseudopairs read-multi30k --root {params.root:q} --task task1 --split {params.upstream:q} "
+            "--canonical-split {wildcards.split:q} --images-dir {params.images_dir:q} "
+            "--captions-out {output.captions:q} --langs {params.langs:q} > {log:q} 2>&1"
 
     rule download_karpathy:
         output:
@@ -139,8 +139,8 @@ else:
             sha256=sha256_arg(PAPER["coco"].get("karpathy_sha256")),
             retries=PAPER["retries"],
         shell:
-            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
-            "--retries {params.retries} > {log} 2>&1"
+            "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
+            "--retries {params.retries:q} > {log:q} 2>&1"
 
     rule extract_karpathy:
         input:
@@ -157,7 +157,7 @@ else:
             mem_mb=mem_mb("extract_karpathy"),
             runtime=runtime("extract_karpathy"),
         shell:
-            "python -m pseudopairs extract --archive {input} --output {output} > {log} 2>&1"
+            "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
 
     rule download_coco_images:
         output:
@@ -178,8 +178,8 @@ else:
             sha256=lambda w: sha256_arg(PAPER["coco"]["images"][w.part].get("sha256")),
             retries=PAPER["retries"],
         shell:
-            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
-            "--retries {params.retries} > {log} 2>&1"
+            "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
+            "--retries {params.retries:q} > {log:q} 2>&1"
 
     rule extract_coco_images:
         input:
@@ -198,12 +198,12 @@ else:
             mem_mb=mem_mb("extract_coco_images"),
             runtime=runtime("extract_coco_images"),
         params:
-            parent=lambda w, output: Path(output[0]).parent,
+            unpacked=lambda w, output: Path(output[0]).parent / f".{w.part}.unpacked",
+            folder=lambda w, output: Path(output[0]).parent / f".{w.part}.unpacked" / w.part,
         shell:
             # the zip holds a top-level {part}/ folder
-            "python -m pseudopairs extract --archive {input} --output {params.parent}/.{wildcards.part}.unpacked "
-            "> {log} 2>&1 && mv {params.parent}/.{wildcards.part}.unpacked/{wildcards.part} {output} "
-            "&& rmdir {params.parent}/.{wildcards.part}.unpacked"
+            "python -m pseudopairs extract --archive {input:q} --output {params.unpacked:q} "
+            "> {log:q} 2>&1 && mv {params.folder:q} {output:q} && rmdir {params.unpacked:q}"
 
     rule read_coco:
         input:
@@ -221,12 +221,13 @@ else:
             mem_mb=mem_mb("read_coco"),
             runtime=runtime("read_coco"),
         params:
+            karpathy_json=lambda w, input: f"{input[0]}/dataset_coco.json",
             images_dir=f"{DOWNLOADS}/coco/images",
             max_captions=PAPER["coco"].get("max_captions", 5),
         shell:
-            "python -m pseudopairs read-coco --karpathy-json {input}/dataset_coco.json --split {wildcards.split} "
-            "--images-dir {params.images_dir} --max-captions {params.max_captions} "
-            "--captions-out {output.captions} --images-out {output.images} > {log} 2>&1"
+            "python -m pseudopairs read-coco --karpathy-json {params.karpathy_json:q} --split {wildcards.split:q} "
+            "--images-dir {params.images_dir:q} --max-captions {params.max_captions:q} "
+            "--captions-out {output.captions:q} --images-out {output.images:q} > {log:q} 2>&1"
 
     # Compute nodes often have no internet: downloads always run where Snakemake runs, and
     # `snakemake --cores 4 fetch --configfile config/paper.yaml` on a login node fetches, verifies

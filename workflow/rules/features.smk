@@ -21,5 +21,5 @@ rule features:
     params:
         settings=as_json(config["features"]),
     shell:
-        "python -m pseudopairs features --images {input.images} --output {output.features} "
-        "--skipped {output.skipped} --settings {params.settings:q} > {log} 2>&1"
+        "python -m pseudopairs features --images {input.images:q} --output {output.features:q} "
+        "--skipped {output.skipped:q} --settings {params.settings:q} > {log:q} 2>&1"

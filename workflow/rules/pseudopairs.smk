@@ -30,8 +30,8 @@ rule mine:
     params:
         spec=lambda w: as_json(ex.mining_spec(config, w.pseudopairs, int(w.seed))),
     shell:
-        "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs} "
-        "--stats {output.stats} > {log} 2>&1"
+        "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs:q} "
+        "--stats {output.stats:q} > {log:q} 2>&1"
 
 
 rule pseudopair_captions:
@@ -49,8 +49,8 @@ rule pseudopair_captions:
         mem_mb=mem_mb("pseudopair_captions"),
         runtime=runtime("pseudopair_captions"),
     shell:
-        "python -m pseudopairs pseudopair-captions --pairs {input} --min-percentile {wildcards.percentile} "
-        "--dataset {wildcards.pseudopairs}.p{wildcards.percentile} --output {output} > {log} 2>&1"
+        "python -m pseudopairs pseudopair-captions --pairs {input:q} --min-percentile {wildcards.percentile:q} "
+        "--dataset {wildcards.pseudopairs:q}.p{wildcards.percentile:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule pseudopair_stats:
@@ -82,8 +82,8 @@ rule pseudopair_stats:
     params:
         spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
     shell:
-        "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats} "
-        "--plot {output.plot} --histogram {output.histogram} > {log} 2>&1"
+        "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats:q} "
+        "--plot {output.plot:q} --histogram {output.histogram:q} > {log:q} 2>&1"
 
 
 rule pseudopair_figure:
@@ -112,5 +112,5 @@ rule pseudopair_figure:
     params:
         spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
     shell:
-        "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png} "
-        "--html {output.html} > {log} 2>&1"
+        "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png:q} "
+        "--html {output.html:q} > {log:q} 2>&1"

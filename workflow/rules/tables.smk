@@ -32,8 +32,8 @@ rule table:
         spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
         seeds=" ".join(str(s) for s in config["seeds"]),
     shell:
-        "python -m pseudopairs table --name {wildcards.table} --spec {params.spec:q} --seeds {params.seeds} "
-        "--output {output} > {log} 2>&1"
+        "python -m pseudopairs table --name {wildcards.table:q} --spec {params.spec:q} --seeds {params.seeds:q} "
+        "--output {output:q} > {log:q} 2>&1"
 
 
 rule tables_markdown:
@@ -53,10 +53,10 @@ rule tables_markdown:
         runtime=runtime("tables_markdown"),
     params:
         specs=as_json(config["tables"]),
-        stats=lambda w, input: f"--pseudopair-stats {input.stats[0]}" if input.stats else "",
+        stats=lambda w, input: ["--pseudopair-stats", input.stats[0]] if input.stats else [],
     shell:
-        "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output} "
-        "{params.stats} {input.tables} > {log} 2>&1"
+        "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output:q} "
+        "{params.stats:q} {input.tables:q} > {log:q} 2>&1"
 
 
 rule training_curves:
@@ -79,5 +79,5 @@ rule training_curves:
         tables=as_json(config["tables"], sort_keys=False),
         seeds=" ".join(str(s) for s in config["seeds"]),
     shell:
-        "python -m pseudopairs training-curves --tables {params.tables:q} --seeds {params.seeds} "
-        "--output {output} > {log} 2>&1"
+        "python -m pseudopairs training-curves --tables {params.tables:q} --seeds {params.seeds:q} "
+        "--output {output:q} > {log:q} 2>&1"

@@ -21,8 +21,8 @@ rule prepare_captions:
         case=config["text"]["case"],
         truecase=truecase_args,
     shell:
-        "python -m pseudopairs prepare-captions --input {input.raw} --output {output} "
-        "--case {params.case} {params.truecase} > {log} 2>&1"
+        "python -m pseudopairs prepare-captions --input {input.raw:q} --output {output:q} "
+        "--case {params.case:q} {params.truecase:q} > {log:q} 2>&1"
 
 
 rule train_truecaser:
@@ -40,4 +40,4 @@ rule train_truecaser:
         mem_mb=mem_mb("train_truecaser"),
         runtime=runtime("train_truecaser"),
     shell:
-        "python -m pseudopairs train-truecaser --input {input} --lang {wildcards.lang} --output {output} > {log} 2>&1"
+        "python -m pseudopairs train-truecaser --input {input:q} --lang {wildcards.lang:q} --output {output:q} > {log:q} 2>&1"

@@ -26,7 +26,7 @@ rule train:
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     shell:
         "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
-        "--out-dir {params.out_dir} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+        "--out-dir {params.out_dir:q} --seed {wildcards.seed:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule evaluate:
@@ -51,6 +51,6 @@ rule evaluate:
         vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
         device=config["training"]["device"],
     shell:
-        "python -m pseudopairs evaluate --checkpoint {params.checkpoint} --vocab {params.vocab} "
-        "--spec {params.spec:q} --experiment {wildcards.experiment} --seed {wildcards.seed} "
-        "--device {params.device} --threads {threads} --output {output} > {log} 2>&1"
+        "python -m pseudopairs evaluate --checkpoint {params.checkpoint:q} --vocab {params.vocab:q} "
+        "--spec {params.spec:q} --experiment {wildcards.experiment:q} --seed {wildcards.seed:q} "
+        "--device {params.device:q} --threads {threads} --output {output:q} > {log:q} 2>&1"

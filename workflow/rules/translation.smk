@@ -24,10 +24,10 @@ if not TRANSLATION_DOWNLOADED:
         params:
             settings=as_json(config["translation"]["train"]),
         shell:
-            "python -m pseudopairs train-mt --source-train {input.source_train} "
-            "--target-train {input.target_train} --source-valid {input.source_valid} "
-            "--target-valid {input.target_valid} --settings {params.settings:q} "
-            "--threads {threads} --output-dir {output} > {log} 2>&1"
+            "python -m pseudopairs train-mt --source-train {input.source_train:q} "
+            "--target-train {input.target_train:q} --source-valid {input.source_valid:q} "
+            "--target-valid {input.target_valid:q} --settings {params.settings:q} "
+            "--threads {threads} --output-dir {output:q} > {log:q} 2>&1"
 
 else:
 
@@ -53,8 +53,8 @@ else:
             sha256=sha256_arg(TRANSLATION_MODEL["sha256"]),
             retries=PAPER.get("retries", 5),
         shell:
-            "python -m pseudopairs download --url {params.url:q} --output {output} {params.sha256} "
-            "--retries {params.retries} > {log} 2>&1"
+            "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
+            "--retries {params.retries:q} > {log:q} 2>&1"
 
     rule extract_translation_model:
         input:
@@ -71,7 +71,7 @@ else:
             mem_mb=mem_mb("extract_translation_model"),
             runtime=runtime("extract_translation_model"),
         shell:
-            "python -m pseudopairs extract --archive {input} --output {output} > {log} 2>&1"
+            "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule convert_mt:
@@ -93,8 +93,8 @@ rule convert_mt:
         tokenizer=lambda w, input: f"{input[0]}/{translation_files()['tokenizer']}",
         quantization=TRANSLATION_MODEL["quantization"],
     shell:
-        "python -m pseudopairs convert-mt --checkpoint {params.checkpoint} --tokenizer {params.tokenizer} "
-        "--quantization {params.quantization} --output-dir {output} > {log} 2>&1"
+        "python -m pseudopairs convert-mt --checkpoint {params.checkpoint:q} --tokenizer {params.tokenizer:q} "
+        "--quantization {params.quantization:q} --output-dir {output:q} > {log:q} 2>&1"
 
 
 rule translate:
@@ -126,8 +126,8 @@ rule translate:
         case=config["text"]["case"],
         truecase=translation_truecase_args,
     shell:
-        "python -m pseudopairs.translation translate-captions --model {input.model} "
-        "--captions {input.captions} --source-lang {params.source_lang} "
-        "--target-lang {params.target_lang} --dataset {wildcards.dataset} --output {output.captions} "
-        "--sidecar {output.sidecar} --settings {params.settings:q} --case {params.case} "
-        "{params.truecase} --threads {threads} > {log} 2>&1"
+        "python -m pseudopairs.translation translate-captions --model {input.model:q} "
+        "--captions {input.captions:q} --source-lang {params.source_lang:q} "
+        "--target-lang {params.target_lang:q} --dataset {wildcards.dataset:q} --output {output.captions:q} "
+        "--sidecar {output.sidecar:q} --settings {params.settings:q} --case {params.case:q} "
+        "{params.truecase:q} --threads {threads} > {log:q} 2>&1"
