@@ -3,7 +3,7 @@
 Writes N synthetic PNGs to a temporary directory, then measures in one process, on one device,
 with one batch size and one prepared model (ResNet50, random weights, ``channels_last``):
 
-- pipeline: ``pseudopairs.features.extract_features`` from the PNG files to the feature array
+- pipeline: ``pseudopairs.features.extract.extract_features`` from the PNG files to the feature array
   (DataLoader workers decoding/resizing/cropping, normalisation on the device, forward, copy
   back, dtype cast, shard files written to the temporary directory);
 - bare forward: only ``model(x)`` over the same images already decoded, preprocessed,
@@ -32,7 +32,8 @@ import pandas as pd
 import torch
 from PIL import Image
 
-from pseudopairs import features as F
+from pseudopairs.features import extract as F
+from pseudopairs.features import network as N
 
 
 def write_pngs(directory: Path, *, count: int, size: int, seed: int) -> pd.DataFrame:
@@ -62,13 +63,13 @@ def synchronize(device: torch.device) -> None:
 
 def bare_forward_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, device) -> float:
     """images/s of model(x) alone over preprocessed, normalised batches already on the device."""
-    amp = F.autocast_dtype(device)
+    amp = N.autocast_dtype(device)
     batches = []
     paths = frame["path"].tolist()
     for lo in range(0, len(paths), settings.batch_size):
-        uint8 = torch.stack([F.load_image(p, resize=settings.resize, crop=settings.crop)
+        uint8 = torch.stack([N.load_image(p, resize=settings.resize, crop=settings.crop)
                              for p in paths[lo:lo + settings.batch_size]])
-        x = F.normalize_batch(uint8.to(device)).contiguous(memory_format=torch.channels_last)
+        x = N.normalize_batch(uint8.to(device)).contiguous(memory_format=torch.channels_last)
         batches.append(x)
     with torch.inference_mode():
         synchronize(device)
@@ -78,7 +79,7 @@ def bare_forward_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, d
                 y = model(x)
         synchronize(device)
         elapsed = time.perf_counter() - start
-    assert y.shape[1] == F.FEATURE_DIM
+    assert y.shape[1] == N.FEATURE_DIM
     return len(paths) / elapsed
 
 
@@ -87,20 +88,20 @@ def pipeline_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, shard
     start = time.perf_counter()
     result = F.extract_features(frame, settings=settings, shard_dir=shard_dir, model=model, progress=False)
     elapsed = time.perf_counter() - start
-    assert result.features.shape == (len(frame), F.FEATURE_DIM) and result.computed == len(frame)
+    assert result.features.shape == (len(frame), N.FEATURE_DIM) and result.computed == len(frame)
     F.remove_shards(shard_dir)
     return len(frame) / elapsed
 
 
 def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.FeatureSettings,
             repeats: int) -> dict:
-    device = F.resolve_device(settings.device)
+    device = N.resolve_device(settings.device)
     image_dir = tmp / f"png{size}"
     image_dir.mkdir(exist_ok=True)
     frame = write_pngs(image_dir, count=count, size=size, seed=0)
-    model = F.prepare_model(F.build_model("none", seed=0), device)
+    model = N.prepare_model(N.build_model("none", seed=0), device)
     # The bare forward runs with the thread count the pipeline uses for its forward.
-    torch.set_num_threads(F.forward_threads(settings, device))
+    torch.set_num_threads(N.forward_threads(settings, device))
     # Warm up both paths (allocator, cudnn autotuning, page cache of the PNGs).
     warm = frame.head(min(len(frame), 2 * settings.batch_size))
     pipeline_rate(model, warm, settings, tmp / "shards")
@@ -113,7 +114,7 @@ def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.Feature
         "label": label, "device": str(device), "images": count, "png_size": size,
         "resize": settings.resize, "crop": settings.crop, "batch_size": settings.batch_size,
         "workers": settings.workers, "torch_threads": torch.get_num_threads(),
-        "amp": str(F.autocast_dtype(device)), "pipeline_img_s": max(pipe), "bare_img_s": max(bare),
+        "amp": str(N.autocast_dtype(device)), "pipeline_img_s": max(pipe), "bare_img_s": max(bare),
     }
     row["ratio"] = row["pipeline_img_s"] / row["bare_img_s"]
     print(f"[{label}] {device} {count} PNGs {size}px -> resize {settings.resize} crop {settings.crop}, "
@@ -135,12 +136,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="DataLoader workers (default: 1 on CPU, min(8, cores - 1) on CUDA)")
     parser.add_argument("--threads", type=int, default=None,
                         help="features.threads: torch threads for the forward, in both measurements "
-                             "(default: the pipeline's own choice, pseudopairs.features.forward_threads)")
+                             "(default: the pipeline's own choice, pseudopairs.features.network.forward_threads)")
     parser.add_argument("--repeats", type=int, default=2, help="timed repetitions; the best is kept")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
 
-    device = F.resolve_device(args.device)
+    device = N.resolve_device(args.device)
     cores = os.cpu_count() or 1
     workers = args.workers if args.workers is not None else (1 if device.type == "cpu" else max(1, min(8, cores - 1)))
     base = dict(weights="none", seed=0, dtype="float16", format="npz", batch_size=args.batch_size,

@@ -18,7 +18,8 @@ Contenders, timed in the same run on the same data:
   goal is out of reach for any implementation that computes every score; the run prints the truth.
   Argmax agreement is checked: any disagreement must be a float32 near-tie (printed with the
   exact cosine difference), where faiss may pick either.
-* each **criterion** (csls, inverted_softmax, margin, mutual) relative to cosine mining.
+* each registered **criterion** (pseudopairs.mining.criteria: csls, inverted_softmax, margin,
+  mutual, …) relative to cosine mining.
 
 ``--device cuda`` times the same on a GPU (torch; default: the full job; ``--tf32`` lets torch
 use TF32 tensor cores, which the error bound then accounts for). Goal there: ≤ 3 s for the full
@@ -44,8 +45,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database", type=int, default=FULL_DATABASE)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--criteria", default="csls,inverted_softmax,margin,mutual",
-                        help="hubness criteria to time against cosine ('' for none)")
+    parser.add_argument("--criteria", default=None,
+                        help="criteria to time against cosine, comma-separated ('' for none; default: "
+                             "every registered criterion, pseudopairs.mining.criteria)")
     parser.add_argument("--no-faiss", action="store_true")
     parser.add_argument("--tf32", action="store_true", help="cuda: allow TF32 matmuls (bounded; wider windows)")
     parser.add_argument("--threads", type=int, default=0, help="BLAS/OpenMP threads (0 = library defaults)")
@@ -60,7 +62,8 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from pseudopairs.mining import CUDA_BLOCK_ELEMENTS, CUDA_BLOCK_ROWS, nearest_neighbours
+    from pseudopairs.mining import nearest_neighbours
+    from pseudopairs.mining.search import CUDA_BLOCK_ELEMENTS, CUDA_BLOCK_ROWS
     from pseudopairs.similarity import DEFAULT_BLOCK_ELEMENTS, block_shape, cosine_error_bound, matmul_input_unit
 
     cuda = args.device.startswith("cuda")
@@ -162,7 +165,10 @@ def main() -> None:
                       f"{bool((gap >= 0).all() and (gap <= bound).all())})")
 
     # --- criteria --------------------------------------------------------------------------
-    criteria = [c for c in args.criteria.split(",") if c]
+    from pseudopairs.mining.criteria import CRITERIA
+
+    names = CRITERIA.names() if args.criteria is None else args.criteria.split(",")
+    criteria = [c for c in names if c and c != "cosine"]
     t_crit = {}
     for criterion in criteria:
         _, seconds = timed(lambda: nearest_neighbours(queries, database, criterion=criterion, device=args.device))

@@ -21,9 +21,10 @@ import time
 import numpy as np
 import torch
 
-from pseudopairs.data import C2CData, C2IData, CaptionSet, TokenTable
 from pseudopairs.model import RankingModel, contrastive_loss
-from pseudopairs.training import LOSS_READBACK_EVERY, Trainer, resolve_device
+from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, TokenTable
+from pseudopairs.model.training import LOSS_READBACK_EVERY, Trainer
+from pseudopairs.settings import resolve_device
 
 PRESETS = {
     "paper": {"embedding_dim": 300, "joint_dim": 1024, "batch_size": 128},
@@ -55,7 +56,7 @@ def make_trainer(preset: dict, device: torch.device, data) -> Trainer:
     model = RankingModel(VOCAB, embedding_dim=preset["embedding_dim"], joint_dim=preset["joint_dim"],
                          image_dim=IMAGE_DIM).to(device)
     settings = {"batch_size": preset["batch_size"], "learning_rate": 2e-4, "grad_clip": 2.0,
-                "margin": 0.2, "max_violation": True, "c2c_probability": 0.5}
+                "margin": 0.2, "max_violation": True, "c2c_probability": 0.5, "similarity": "cosine"}
     c2i, c2c = data
     return Trainer(model, c2i=c2i, c2c=c2c, settings=settings, seed=0, device=device)
 
@@ -110,7 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = torch.device(resolve_device(args.device, key="--device"))
     preset = PRESETS[args.preset]
     if args.updates is None:
         args.updates = 400 if device.type == "cuda" else (12 if args.preset == "paper" else 40)

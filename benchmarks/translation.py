@@ -2,7 +2,7 @@
 
 In one process, on one device, with one converted model and the same English captions:
 
-- pipeline: ``pseudopairs.translation.translate_captions`` from the caption table to the written
+- pipeline: ``pseudopairs.translation.translate.translate_captions`` from the caption table to the written
   German caption table (reading and checking the table and the model directory, hashing
   ``model.bin`` for the chunk fingerprint, loading the translator, SentencePiece encoding,
   ``translate_iterable`` with token batches, decoding, the Moses preparation of every
@@ -35,9 +35,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pseudopairs import translation as T
+from pseudopairs.translation import convert as CV
+from pseudopairs.translation import settings as TS
+from pseudopairs.translation import train as TR
+from pseudopairs.translation import translate as TL
 from pseudopairs.io import CAPTION_COLUMNS
-from pseudopairs.text import prepare_line
+from pseudopairs.data.text import prepare_line
 from pseudopairs.world import comparable_captions, parallel_caption, sample_scene
 
 
@@ -57,13 +60,13 @@ def demo_model(directory: Path, *, pairs: int, steps: int, threads: int) -> Path
     ven, vde = demo_pairs(200, seed=2)
     for name, lines in (("train.en", en), ("train.de", de), ("valid.en", ven), ("valid.de", vde)):
         (directory / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    settings = T.TrainSettings.from_dict({"max_steps": steps, "threads": threads, "batch_tokens": 1024,
+    settings = TS.TrainSettings.from_dict({"max_steps": steps, "threads": threads, "batch_tokens": 1024,
                                           "warmup_steps": min(300, steps // 3)})
-    bleu = T.train_mt(source_train=directory / "train.en", target_train=directory / "train.de",
+    bleu = TR.train_mt(source_train=directory / "train.en", target_train=directory / "train.de",
                       source_valid=directory / "valid.en", target_valid=directory / "valid.de",
                       settings=settings, output_dir=directory / "trained", progress=False)
     print(f"[setup] demo model: {pairs} pairs, {steps} steps, validation BLEU {bleu['bleu']:.1f}")
-    T.convert_checkpoint(directory / "trained" / "model.pt", directory / "ct2", quantization="none")
+    CV.convert_checkpoint(directory / "trained" / "model.pt", directory / "ct2", quantization="none")
     return directory / "ct2"
 
 
@@ -104,11 +107,11 @@ def main() -> int:
     import ctranslate2
 
     threads = args.threads or len(os.sched_getaffinity(0))
-    settings = T.TranslateSettings.from_dict({
+    settings = TS.TranslateSettings.from_dict({
         "beam_size": args.beam_size, "max_batch_size": args.max_batch_size, "device": args.device,
         "compute_type": args.compute_type, "intra_threads": threads, "inter_threads": 1,
         "chunk_size": args.chunk_size, "prepare_workers": args.prepare_workers})
-    device, compute = T.resolve_device(settings)
+    device, compute = TL.resolve_device(settings)
 
     with tempfile.TemporaryDirectory(prefix="bench-translation-") as tmp:
         tmp = Path(tmp)
@@ -116,9 +119,9 @@ def main() -> int:
             tmp, pairs=args.train_pairs, steps=args.train_steps, threads=threads)
         captions = tmp / "captions.parquet"
         frame = caption_table(captions, count=args.captions, seed=7)
-        model = T.open_model_dir(model_dir)
+        model = CV.open_model_dir(model_dir)
         pieces = model.source_tokenizer.encode([t.strip() for t in frame["raw"]])
-        options = T.translation_options(settings)
+        options = TL.translation_options(settings)
         translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute,
                                             intra_threads=threads, inter_threads=1)
         translator.translate_batch(pieces[:64], **options)  # warm-up
@@ -134,7 +137,7 @@ def main() -> int:
 
             output = tmp / f"out{repeat}" / "train.parquet"
             start = time.perf_counter()
-            run = T.translate_captions(captions, output, model_dir=model_dir, source_lang="en",
+            run = TL.translate_captions(captions, output, model_dir=model_dir, source_lang="en",
                                        target_lang="de", dataset="coco.de-mt", settings=settings,
                                        progress=False)
             pipe_s.append(time.perf_counter() - start)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pseudopairs import cli, download
-from pseudopairs.download import ChecksumError, DownloadError, extract, fetch
+from pseudopairs import cli
+from pseudopairs.data import download
+from pseudopairs.data.download import ChecksumError, DownloadError, extract, fetch
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 CONTENT = bytes((i * 7 + i // 251) % 256 for i in range(50_000))
@@ -92,14 +93,8 @@ def server():
 
 
 def main(argv):
-    """The real ``pseudopairs`` entry point, with only this module's sub-commands registered
-    (other step modules may not exist yet)."""
-    saved = cli.STEP_MODULES
-    cli.STEP_MODULES = ["download"]
-    try:
-        return cli.main(argv)
-    finally:
-        cli.STEP_MODULES = saved
+    """The real ``pseudopairs`` entry point (it imports only the module of the command)."""
+    return cli.main(argv)
 
 
 def _fetch(url, dest, **kw):

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from pseudopairs import evaluation as ev
+from pseudopairs.evaluation import ranks as R
+from pseudopairs.evaluation import step as evaluate_step
 
 torch.set_num_threads(1)
 
@@ -317,7 +319,7 @@ def test_bad_inputs_are_reported():
 
 def run_cli(argv):
     parser = argparse.ArgumentParser(prog="pseudopairs")
-    ev.register_cli(parser.add_subparsers(dest="command", required=True))
+    evaluate_step.register_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 
@@ -377,7 +379,7 @@ def _caption_frame(rows):
 
 
 def test_parallel_texts_pair_by_image_and_caption_index_in_any_order():
-    from pseudopairs.metrics import parallel_texts
+    from pseudopairs.evaluation.step import parallel_texts
 
     frame = _caption_frame([
         ("b", "de", 0, "ein hund"), ("a", "en", 0, "a cat"), ("b", "en", 0, "a dog"),
@@ -396,7 +398,7 @@ def test_parallel_texts_pair_by_image_and_caption_index_in_any_order():
 def test_caption_rows_map_captions_to_feature_rows_and_drop_missing_images(caplog, tmp_path):
     import logging
 
-    from pseudopairs.metrics import caption_rows
+    from pseudopairs.evaluation.step import caption_rows
 
     features = tmp_path / "test.npz"  # only its skipped report is read here
     (tmp_path / "test.skipped.tsv").write_text("image_id\tpath\treason\nz\tz.png\tbroken\n")
@@ -473,10 +475,10 @@ def test_duplicates_and_one_ulp_near_ties_match_the_exact_reference(seed):
         np.testing.assert_array_equal(got.i2t, ref.i2t)
         np.testing.assert_array_equal(got.t2i, ref.t2i)
     # The torch code (the CUDA path) on CPU tensors.
-    got = ev._retrieval_ranks_on(images, captions, index, device=torch.device("cpu"), block_size=7)
+    got = R._retrieval_ranks_on(images, captions, index, device=torch.device("cpu"), block_size=7)
     np.testing.assert_array_equal(got.i2t, ref.i2t)
     np.testing.assert_array_equal(got.t2i, ref.t2i)
-    tr = ev._translation_ranks_on(captions[:30], images, device=torch.device("cpu"), block_size=4)
+    tr = R._translation_ranks_on(captions[:30], images, device=torch.device("cpu"), block_size=4)
     np.testing.assert_array_equal(tr, ev.translation_ranks_reference(source_embeddings=captions[:30],
                                                                      target_embeddings=images))
 
@@ -485,12 +487,12 @@ def test_exact_ties_between_duplicates_favour_the_correct_item():
     images, captions, index = _near_tie_case(0)
     # image 1 duplicates image 0: every caption of image 0 has image 1 tied with its own image
     ranks = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
-    scores = ev._exact_scores(captions, images, 0)
+    scores = R._exact_scores(captions, images, 0)
     assert scores[0] == scores[1]
     own = ranks.t2i[index == 0]
-    expected = [int((ev._exact_scores(captions, images, k) > ev._exact_scores(captions, images, k)[0]).sum())
+    expected = [int((R._exact_scores(captions, images, k) > R._exact_scores(captions, images, k)[0]).sum())
                 for k in np.flatnonzero(index == 0)]
     assert own.tolist() == expected  # image 1 (equal) is not counted
     # caption 9 is caption 6 plus one ulp towards image 2 (its image is 3): exactly higher
-    s6 = ev._exact_scores(images, captions, index[6])
+    s6 = R._exact_scores(images, captions, index[6])
     assert s6[9] > s6[6] and s6[9] - s6[6] < 1e-6

@@ -102,10 +102,12 @@ def test_statistics_and_figure_specs():
     stats = ex.pseudopair_stats_spec(config)
     assert stats["top"] == 150 and stats["seeds"] == [1, 2]
     assert stats["sets"]["de_coco"] == {"source": "de_coco", "criterion": "cosine",
-                                        "paper": {"used_share": 0.37, "top_share": 0.23,
+                                        "paper": {"used_share_text": 0.37, "top_share_text": 0.23,
                                                   "jaccard_seeds": 0.51, "agreement_seeds": 0.33}}
     assert stats["sets"]["en_de_coco_c2c.mutual"]["criterion"] == "mutual"
     assert len(ex.pseudopair_stats_inputs(config)) == 10 * 2 * 2   # sets x seeds x (pairs, stats)
+    assert stats["files"]["de_coco"]["2"] == {"pairs": "results/pseudopairs/de_coco/seed2/pairs.parquet",
+                                              "stats": "results/pseudopairs/de_coco/seed2/stats.json"}
     figure = ex.pseudopair_figure_spec(config)
     assert figure["pairs"] == {"de_coco": "results/pseudopairs/de_coco/seed1/pairs.parquet",
                                "en_de_coco_c2c": "results/pseudopairs/en_de_coco_c2c/seed1/pairs.parquet"}

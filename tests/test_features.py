@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pseudopairs import features as F
+from pseudopairs.features import extract as F
 from pseudopairs.io import load_features
 
 torch.set_num_threads(1)
@@ -300,10 +300,10 @@ def test_captions_of_skipped_images_are_dropped_downstream(tmp_path, fmt):
     """With skip_unreadable, the images in the skipped report lose their captions in training
     (data.load_caption_set, hence c2i/c2c) and in evaluation (metrics.caption_rows), and every
     remaining caption points at its own image's feature row."""
-    from pseudopairs.data import c2c_pairs, load_caption_set
+    from pseudopairs.model.batches import c2c_pairs, load_caption_set
     from pseudopairs.io import read_captions
-    from pseudopairs.metrics import caption_rows
-    from pseudopairs.vocab import build_vocabulary
+    from pseudopairs.evaluation.step import caption_rows
+    from pseudopairs.data.vocab import build_vocabulary
 
     frame = make_images(tmp_path / "img", 5)
     Path(frame.loc[3, "path"]).write_bytes(b"not an image" * 8)

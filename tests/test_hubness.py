@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pseudopairs import hubness as hb
+from pseudopairs.mining import statistics as hb
 
 # Four database rows picked 3, 1, 0, 0 times (n = 4, μ = 1, C = 4):
 #   deviations 2, 0, −1, −1 → m2 = 6/4 = 1.5, m3 = (8 − 1 − 1)/4 = 1.5 → skewness 1.5/1.5**1.5

@@ -9,6 +9,9 @@ import pytest
 import torch
 
 from pseudopairs import mining as mn
+from pseudopairs.mining import criteria
+from pseudopairs.mining.criteria.inverted_softmax import log_sum_exp_columns64
+from pseudopairs.mining.search import SearchContext
 from pseudopairs.similarity import cosine_error_bound, unit_rows
 
 torch.set_num_threads(1)
@@ -85,7 +88,7 @@ def test_inverted_softmax_matches_brute_force_up_to_its_normaliser(seed):
     queries, database = near_tie_data(seed + 10, n=80, m=50)
     beta = 20.0
     cos = mn.cosine_matrix64(queries, database)
-    crit = beta * cos - mn.log_sum_exp_columns64(cos, beta)[None, :]
+    crit = beta * cos - log_sum_exp_columns64(cos, beta)[None, :]
     want = mn.nearest_neighbours_reference(queries, database, criterion="inverted_softmax", beta=beta)
     # |our normaliser − float64 normaliser| ≤ beta·E + rounding (see ColumnLogSumExp.error_bound)
     tol = beta * cosine_error_bound(12) + 1e-5
@@ -113,8 +116,8 @@ def test_torch_inputs_and_the_torch_code_path():
     q, d = unit_rows(queries, name="q"), unit_rows(database, name="d")
     for criterion, k in (("cosine", None), ("mutual", None), ("csls", 3), ("margin", 2)):
         want = mn.nearest_neighbours_reference(queries, database, criterion=criterion, k=k)
-        got = mn._search(q, d, criterion=criterion, k=k, beta=None, device=torch.device("cpu"),
-                         rows=7, cols=11, progress=False, threads=1)
+        ctx = SearchContext(q=q, d=d, device=torch.device("cpu"), rows=7, cols=11, progress=False, threads=1)
+        got = criteria.get(criterion).search(ctx, criteria.check_params(criterion, {"k": k} if k else {}))
         assert_same(got, want)
 
 

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from pseudopairs.data import (BatchStream, C2CData, C2IData, TaskSampler, TokenTable, c2c_pairs,
+from pseudopairs.model.batches import (BatchStream, C2CData, C2IData, TaskSampler, TokenTable, c2c_pairs,
                               load_caption_set)
 from pseudopairs.io import save_features
 from pseudopairs.model import RankingModel, contrastive_loss
-from pseudopairs.vocab import build_vocabulary
+from pseudopairs.data.vocab import build_vocabulary
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,7 @@ import pytest
 
 from pseudopairs import cli
 from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS
-from pseudopairs.readers import (
+from pseudopairs.data.readers import (
     multi30k_image_table,
     read_coco_karpathy,
     read_multi30k,
@@ -29,13 +29,8 @@ KARPATHY = FIXTURES / "dataset_coco_small.json"
 
 
 def main(argv):
-    """The real ``pseudopairs`` entry point with only this module's sub-commands registered."""
-    saved = cli.STEP_MODULES
-    cli.STEP_MODULES = ["readers"]
-    try:
-        return cli.main(argv)
-    finally:
-        cli.STEP_MODULES = saved
+    """The real ``pseudopairs`` entry point (it imports only the module of the command)."""
+    return cli.main(argv)
 
 
 def gz_lines(path: Path) -> list[str]:

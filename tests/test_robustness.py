@@ -95,7 +95,7 @@ def test_truncated_feature_file_is_one_line_naming_it(tmp_path):
 
 
 def _pairs(path: Path) -> Path:
-    from pseudopairs.mining import PAIR_COLUMNS
+    from pseudopairs.io import PAIR_COLUMNS
 
     row = {c: "x" for c in PAIR_COLUMNS}
     row.update(query_caption_idx=0, match_row=0, match_caption_idx=0, similarity=0.5, score=0.5)
@@ -135,7 +135,7 @@ def test_full_disk_is_one_line_naming_the_output(tmp_path, capsys, monkeypatch):
 def test_truncated_checkpoint_names_the_file(tmp_path):
     import torch
 
-    from pseudopairs.training import load_model
+    from pseudopairs.model.checkpoints import load_model
 
     path = tmp_path / "checkpoint.pt"
     torch.save({"format": "pseudopairs.ranking-model/1", "weights": torch.zeros(1000)}, path)
@@ -176,5 +176,6 @@ def test_a_criterion_k_beyond_the_data_fails_at_dag_time(tmp_path):
                     "database: m30k.de, mining: {criterion: csls, k: 100000}}\n")
     result = run_snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(site))
     assert result.returncode != 0
-    assert ("config key 'pseudopairs.de_coco.csls.mining.k': k=100000 exceeds the 5000 captions of "
-            "the database (m30k.de)") in result.stdout + result.stderr
+    assert ("config key 'pseudopairs.de_coco.csls.mining.k': k=100000 exceeds the 5000 database rows "
+            "(criterion 'csls' averages each query's k nearest database rows) (coco.en: 7500, m30k.de: "
+            "5000 captions)") in result.stdout + result.stderr

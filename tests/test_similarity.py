@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pseudopairs import similarity as sim
+from pseudopairs.similarity.reducers import _np
 
 torch.set_num_threads(1)
 BACKENDS = ["cpu", torch.device("cpu")]  # numpy, and the torch code the CUDA path runs
@@ -156,7 +157,7 @@ def test_blocks_tile_the_score_matrix(backend):
     db = torch.from_numpy(d) if on_torch else d
     seen = np.zeros((23, 70), dtype=int)
     for block in sim.iter_blocks(sim.DenseRows(torch.from_numpy(q) if on_torch else q), db, rows=5, cols=30):
-        scores = sim._np(block.scores)
+        scores = _np(block.scores)
         assert scores.shape[0] % sim.CHUNK == 0 and scores.shape[1] % sim.CHUNK == 0
         b, c = block.n_rows, block.n_cols
         np.testing.assert_allclose(scores[:b, :c], q[block.row0:block.row1] @ d[block.col0:block.col1].T,

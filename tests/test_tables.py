@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from pseudopairs import tables
+from pseudopairs.report import tables
 
 
 def run(en_rsum, en_i2t, de_rsum=300.0, en2de=80.0):
@@ -52,7 +52,8 @@ def test_cli_reads_metrics_files_and_writes_csv_and_markdown(tmp_path, monkeypat
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(run(1.0, 1.0, en2de=value)))
     from pseudopairs.cli import main
-    assert main(["table", "--name", "table7", "--spec", json.dumps(spec), "--seeds", "1", "2",
+    metrics = {"en_de": {str(s): f"results/models/en_de/seed{s}/metrics.json" for s in (1, 2)}}
+    assert main(["table", "--name", "table7", "--spec", json.dumps({**spec, "metrics": metrics}),
                  "--output", "results/table7.csv"]) == 0
     frame = pd.read_csv(tmp_path / "results/table7.csv")
     assert list(frame["row"]) == ["DPCCA", "En + De"]
@@ -67,7 +68,7 @@ def test_cli_reads_metrics_files_and_writes_csv_and_markdown(tmp_path, monkeypat
 def test_missing_metrics_file_is_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="results/models/a/seed1/metrics.json"):
-        tables.build_table(SPEC, [1])
+        tables.build_table({**SPEC, "metrics": {"a": {"1": "results/models/a/seed1/metrics.json"}}})
 
 
 def test_translation_columns_follow_the_paper_order_and_every_row_has_them():
@@ -113,5 +114,5 @@ def test_pseudopair_statistics_render_mean_sd_and_paper():
     line = next(l for l in text.splitlines() if l.startswith("| de_coco |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:3] == ["de_coco", "cosine", f"35.0 ± {100 * math.sqrt(0.005):.1f} [37.0]"]
-    assert cells[8] == "0.50 [0.51]"          # Jaccard across seeds
+    assert cells[10] == "0.50 [0.51]"         # Jaccard across seeds
     assert "| de_coco vs x | 0.25 [0.41] | 0.10 |" in text

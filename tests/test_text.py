@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pseudopairs import text as T
-from pseudopairs import vocab as V
+from pseudopairs.data import text as T
+from pseudopairs.data import vocab as V
 from pseudopairs.io import CAPTION_COLUMNS, RAW_CAPTION_COLUMNS
 
 DATA = Path(__file__).parent / "data" / "text"
@@ -548,10 +548,6 @@ def test_prepare_captions_rejects_non_caption_table(tmp_path):
 # Vocabulary (one table for all languages, training captions only)
 
 
-def run_vocab_cli(*argv: str):
-    return run_cli(*argv, module=V)
-
-
 def _prepared(path: Path, rows, *, dataset="m30k", split="train") -> Path:
     """A prepared caption table from (image_id, lang, text) rows (raw = text)."""
     frame = pd.DataFrame([(dataset, split, image, lang, k, text, text)
@@ -574,7 +570,11 @@ def test_build_vocabulary_hand_counted():
         V.build_vocabulary(texts, min_count=0)
 
 
-def test_vocab_cli_all_languages_training_only(tmp_path):
+def test_run_vocabulary_all_languages_training_only(tmp_path):
+    """A run's vocabulary (model.inputs.run_vocabulary) counts every language of its own training
+    captions (shared word forms are one row), refuses other splits and unprepared tables."""
+    from pseudopairs.model.inputs import run_vocabulary
+
     m30k = _prepared(tmp_path / "m30k.parquet", [
         ("i1", "en", "a dog runs ."), ("i1", "de", "ein hund läuft ."),
         ("i2", "en", "a dog sleeps ."), ("i2", "de", "ein hund schläft ."),
@@ -582,25 +582,26 @@ def test_vocab_cli_all_languages_training_only(tmp_path):
     ])
     coco = _prepared(tmp_path / "coco.parquet", [("c1", "en", "a dog ."), ("c2", "en", "a cat .")],
                      dataset="coco")
-    out = tmp_path / "out" / "vocab.json"
-    run_vocab_cli("vocab", str(m30k), str(coco), "--min-count", "3", "--output", str(out))
-    assert json.loads(out.read_text(encoding="utf-8")) == {
+
+    def spec(*refs, min_count):
+        return {"vocab": {"min_count": min_count}, "c2c": [],
+                "c2i": [{"captions": str(path), "lang": lang} for path, lang in refs]}
+
+    vocab = run_vocabulary(spec((m30k, "en"), (m30k, "de"), (coco, "en"), min_count=3))
+    assert vocab.to_json() == {
         "min_count": 3, "pad": "<pad>", "unk": "<unk>",
         "words": ["<pad>", "<unk>", ".", "a", "hund", "dog"],
         "counts": {".": 8, "a": 4, "hund": 4, "dog": 3},
     }
-    assert [p.name for p in out.parent.iterdir()] == ["vocab.json"]  # no temp file left
-    loaded = V.Vocabulary.load(out)
-    assert loaded.encode("ein hund ! a dog") == [1, 4, 1, 3, 5] and loaded.min_count == 3
+    assert vocab.encode("ein hund ! a dog") == [1, 4, 1, 3, 5] and vocab.min_count == 3
 
     val = _prepared(tmp_path / "val.parquet", [("v1", "en", "a val caption .")], split="val")
     with pytest.raises(ValueError, match=r"val\.parquet: the vocabulary is built from training captions only"):
-        run_vocab_cli("vocab", str(m30k), str(val), "--min-count", "1", "--output", str(tmp_path / "v.json"))
+        run_vocabulary(spec((m30k, "en"), (val, "en"), min_count=1))
     raw = tmp_path / "raw.parquet"
     pd.read_parquet(m30k)[RAW_CAPTION_COLUMNS].to_parquet(raw, index=False)
     with pytest.raises(ValueError, match=r"raw\.parquet: caption table has no prepared 'text' column"):
-        run_vocab_cli("vocab", str(raw), "--min-count", "1", "--output", str(tmp_path / "v.json"))
-    assert not (tmp_path / "v.json").exists()
+        run_vocabulary(spec((raw, "en"), min_count=1))
 
 
 @pytest.mark.parametrize("content, message", [

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-import pseudopairs.training as training
+import pseudopairs.model.training as training
+from pseudopairs.model import checkpoints, encode, steps
 from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
-from pseudopairs.vocab import build_vocabulary
+from pseudopairs.data.vocab import build_vocabulary
 
 torch.set_num_threads(1)
 
@@ -96,9 +97,9 @@ class _Killed(Exception):
 
 
 def _count_steps(monkeypatch, *, fail_at=None, exc=_Killed):
-    """Wrap training.train_step: count calls, raise ``exc`` at call ``fail_at``."""
+    """Wrap steps.train_step: count calls, raise ``exc`` at call ``fail_at``."""
     calls = {"n": 0}
-    real = training.train_step
+    real = steps.train_step
 
     def wrapper(*args, **kwargs):
         calls["n"] += 1
@@ -106,7 +107,7 @@ def _count_steps(monkeypatch, *, fail_at=None, exc=_Killed):
             raise exc("simulated kill")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(training, "train_step", wrapper)
+    monkeypatch.setattr(steps, "train_step", wrapper)
     return calls
 
 
@@ -124,7 +125,7 @@ def test_training_writes_checkpoint_and_log(world, tmp_path):
     assert (frame["task"] == "c2c").eq(frame["dataset"] == "m30k.en+m30k.de").all()
     assert frame.loc[frame["val_score"].notna(), "update"].tolist() == [10, 20, 30]
     assert np.isfinite(frame["loss"]).all() and (frame["loss"] >= 0).all()
-    model, meta = training.load_model(tmp_path / "checkpoint.pt")
+    model, meta = checkpoints.load_model(tmp_path / "checkpoint.pt")
     assert meta["best_score"] == summary["best_score"] == frame["val_score"].max()
     assert meta["update"] == summary["best_update"]
     assert meta["val_score"] == meta["best_score"]
@@ -135,12 +136,12 @@ def test_training_writes_checkpoint_and_log(world, tmp_path):
     # The encoders used by evaluation reproduce the validation score of the checkpoint.
     from pseudopairs.evaluation import retrieval_metrics
     from pseudopairs.io import load_features, read_captions
-    from pseudopairs.vocab import Vocabulary
+    from pseudopairs.data.vocab import Vocabulary
     spec, vocab_path = world
     ids, feats = load_features(spec["validation"]["features"])
-    images = training.encode_image_features(model, feats)
+    images = encode.encode_image_features(model, feats)
     captions = read_captions(spec["validation"]["captions"], lang="de")
-    texts = training.encode_captions_texts(model, Vocabulary.load(vocab_path), captions["text"].tolist(),
+    texts = encode.encode_captions_texts(model, Vocabulary.load(vocab_path), captions["text"].tolist(),
                                            batch_size=7)
     assert torch.allclose(texts.norm(dim=1), torch.ones(len(texts)), atol=1e-5)
     row = {image: i for i, image in enumerate(ids)}
@@ -203,7 +204,7 @@ def test_early_stopping_after_patience_validations(world, tmp_path, monkeypatch)
 
 
 def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_path, monkeypatch):
-    real = training.contrastive_loss
+    real = steps.contrastive_loss
     calls = {"n": 0}
 
     def poisoned(a, b, **kwargs):
@@ -211,7 +212,7 @@ def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_pa
         loss = real(a, b, **kwargs)
         return loss * float("nan") if calls["n"] == 13 else loss
 
-    monkeypatch.setattr(training, "contrastive_loss", poisoned)
+    monkeypatch.setattr(steps, "contrastive_loss", poisoned)
     with pytest.raises(RuntimeError, match=r"non-finite training loss \(nan\) at update 13 "
                                            r"\(task c2[ic], data set m30k\.[^)]+\).*last validation "
                                            r"\(update 10; best weights so far from update 10.*last\.pt"):
@@ -222,13 +223,13 @@ def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_pa
     # No output that looks complete; the last good state is readable as a model.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "train_log.partial.csv"]
     assert pd.read_csv(tmp_path / "train_log.partial.csv")["update"].max() == 10
-    model, meta = training.load_model(tmp_path / "last.pt")
+    model, meta = checkpoints.load_model(tmp_path / "last.pt")
     assert meta["update"] == 10 and meta["best_score"] == state["progress"]["best_score"]
     assert _same_weights(model.state_dict(), state["progress"]["best_state"])
 
 
 def test_non_finite_weights_stop_at_the_next_validation(world, tmp_path, monkeypatch):
-    real = training.train_step
+    real = steps.train_step
     calls = {"n": 0}
 
     def poison_weights(model, *args, **kwargs):
@@ -239,7 +240,7 @@ def test_non_finite_weights_stop_at_the_next_validation(world, tmp_path, monkeyp
                 model.gru.weight_hh_l0[0, 0] = float("inf")
         return loss
 
-    monkeypatch.setattr(training, "train_step", poison_weights)
+    monkeypatch.setattr(steps, "train_step", poison_weights)
     with pytest.raises(RuntimeError, match=r"non-finite weights \(gru\.weight_hh_l0\) after update 20"
                                            r".*last validation \(update 10"):
         _run(world, tmp_path)
@@ -252,13 +253,13 @@ def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch
     spec, vocab = world
     source = _weights(tmp_path / "source")
     seen = {}
-    real = training.train_step
+    real = steps.train_step
 
     def spy(model, *args, **kwargs):
         seen.setdefault("first", {k: v.clone() for k, v in model.state_dict().items()})
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(training, "train_step", spy)
+    monkeypatch.setattr(steps, "train_step", spy)
     ft_spec = {**spec, "init_from": str(tmp_path / "source" / "checkpoint.pt")}
     training.train(spec=ft_spec, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "ft", seed=1)
     assert _same_weights(seen["first"], source)
@@ -268,16 +269,16 @@ def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch
 
 def test_bad_inputs_are_reported_by_key(world, tmp_path):
     spec, vocab = world
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['batchsize'\]"):
+    with pytest.raises(ValueError, match=r"training: unknown setting\(s\) training\.batchsize"):
         training.train(spec=spec, settings={**SETTINGS, "batchsize": 3}, out_dir=tmp_path, seed=1)
-    with pytest.raises(ValueError, match="c2c_probability must be in"):
+    with pytest.raises(ValueError, match=r"training\.c2c_probability: must be a number in \[0, 1\], got 1\.5"):
         training.train(spec=spec, settings={**SETTINGS, "c2c_probability": 1.5}, out_dir=tmp_path, seed=1)
     with pytest.raises(ValueError, match=r"c2i\[0\] lacks \['features'\]"):
         bad = {**spec, "c2i": [{k: v for k, v in spec["c2i"][0].items() if k != "features"}]}
         training.train(spec=bad, settings=SETTINGS, out_dir=tmp_path, seed=1)
 
 
-def test_cli_accepts_json_and_file_arguments(world, tmp_path):
+def test_cli_accepts_json_and_file_arguments(world, tmp_path, capsys):
     spec, vocab = world
     parser = argparse.ArgumentParser()
     training.register_cli(parser.add_subparsers(dest="command"))
@@ -287,10 +288,10 @@ def test_cli_accepts_json_and_file_arguments(world, tmp_path):
                               "--out-dir", str(tmp_path / "out"), "--seed", "3"])
     args.func(args)
     assert (tmp_path / "out" / "checkpoint.pt").exists()
-    args = parser.parse_args(["train", "--spec", "{not json", "--settings", "{}",
-                              "--out-dir", str(tmp_path / "x"), "--seed", "3"])
-    with pytest.raises(ValueError, match="--spec: not valid JSON"):
-        args.func(args)
+    with pytest.raises(SystemExit):  # refused while parsing the arguments, before any work
+        parser.parse_args(["train", "--spec", "{not json", "--settings", "{}",
+                           "--out-dir", str(tmp_path / "x"), "--seed", "3"])
+    assert "argument --spec: --spec: not valid JSON" in capsys.readouterr().err
 
 
 def test_tiny_training_run_learns(world, tmp_path):
@@ -310,7 +311,7 @@ def test_standardisation_is_a_fixed_affine_map_kept_in_the_checkpoint(world, tmp
     spec, vocab = world
     out = tmp_path / "std"
     _run(world, out, image_normalization="standardize", max_updates=10)
-    model, _ = training.load_model(out / "checkpoint.pt")
+    model, _ = checkpoints.load_model(out / "checkpoint.pt")
     from pseudopairs.io import load_features
     _, train_feats = load_features(spec["c2i"][0]["features"])
     x = train_feats.astype(np.float64)
@@ -364,11 +365,11 @@ def _chance_rsum(*, n_images: int, per_image: int) -> float:
 def test_tiny_demo_world_train_and_evaluate(tmp_path):
     from pseudopairs.cli import main
     from pseudopairs.evaluation import METRIC_KEYS, retrieval_metrics, translation_retrieval
-    from pseudopairs.features import FeatureSettings, run_features
+    from pseudopairs.features.extract import FeatureSettings, run_features
     from pseudopairs.io import load_features, read_captions, write_parquet_atomic
-    from pseudopairs.metrics import parallel_texts
-    from pseudopairs.text import prepare_captions
-    from pseudopairs.vocab import Vocabulary
+    from pseudopairs.evaluation.step import parallel_texts
+    from pseudopairs.data.text import prepare_captions
+    from pseudopairs.data.vocab import Vocabulary
     from pseudopairs.world import build_world
 
     root = tmp_path
@@ -418,25 +419,25 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
     assert metrics["sum_sum"] == pytest.approx(sum(m["rsum"] for m in metrics["retrieval"].values()))
 
     # The numbers are those of the model's encoders on the test split and the task1 pairs ...
-    model, _ = training.load_model(root / "model" / "checkpoint.pt")
+    model, _ = checkpoints.load_model(root / "model" / "checkpoint.pt")
     vocab = Vocabulary.load(root / "vocab.json")
     ids, feats = load_features(root / "features" / "test.npz")
-    images = training.encode_image_features(model, feats)
+    images = encode.encode_image_features(model, feats)
     captions = read_captions(paths["m30k", "test"])
     row = {image: i for i, image in enumerate(ids)}
     for lang in ("en", "de"):
         subset = captions[captions["lang"] == lang]
         expected = retrieval_metrics(
             image_embeddings=images,
-            caption_embeddings=training.encode_captions_texts(model, vocab, subset["text"].tolist()),
+            caption_embeddings=encode.encode_captions_texts(model, vocab, subset["text"].tolist()),
             caption_image_index=np.array([row[i] for i in subset["image_id"]]))
         assert set(metrics["retrieval"][lang]) == set(METRIC_KEYS)
         assert metrics["retrieval"][lang] == pytest.approx(expected)
     en, de = parallel_texts(read_captions(paths["m30k_task1", "test"]), source_lang="en",
                             target_lang="de", source="task1")
     assert len(en) == n_test
-    en_emb = training.encode_captions_texts(model, vocab, en)
-    de_emb = training.encode_captions_texts(model, vocab, de)
+    en_emb = encode.encode_captions_texts(model, vocab, en)
+    de_emb = encode.encode_captions_texts(model, vocab, de)
     assert metrics["translation"] == pytest.approx({
         "en2de": translation_retrieval(source_embeddings=en_emb, target_embeddings=de_emb)["r1"],
         "de2en": translation_retrieval(source_embeddings=de_emb, target_embeddings=en_emb)["r1"]})
@@ -491,7 +492,7 @@ def test_fine_tuning_keeps_the_source_vocabulary(world, tmp_path):
 def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_path):
     spec, _ = world
     _run(world, tmp_path, image_normalization="l2", max_updates=10)
-    model, meta = training.load_model(tmp_path / "checkpoint.pt")
+    model, meta = checkpoints.load_model(tmp_path / "checkpoint.pt")
     assert meta["image_normalization"] == "l2" and model.image_normalization == "l2"
     from pseudopairs.io import load_features
     _, feats = load_features(spec["c2i"][0]["features"])
@@ -503,3 +504,49 @@ def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_pa
     assert torch.allclose(model.encode_images(3 * x), model.encode_images(x), atol=1e-6)
     with pytest.raises(ValueError, match="image_normalization must be one of"):
         _run(world, tmp_path / "bad", image_normalization="whiten")
+
+
+# ---------------------------------------------------------------------------------------------
+# c2c warm-up (the authors' code: c2c only once the c2i loss left the collapsed plateau)
+
+
+def test_plateau_loss_is_the_loss_of_equal_embeddings():
+    from pseudopairs.model.losses import contrastive_loss
+    from pseudopairs.model.settings import plateau_loss
+
+    same = torch.nn.functional.normalize(torch.ones(6, 4), dim=1)
+    for max_violation in (True, False):
+        got = float(contrastive_loss(same, same, margin=0.2, max_violation=max_violation))
+        assert got == pytest.approx(plateau_loss(batch_size=6, margin=0.2, max_violation=max_violation))
+    assert plateau_loss(batch_size=128, margin=0.2, max_violation=True) == pytest.approx(51.2)
+    assert plateau_loss(batch_size=128, margin=0.2, max_violation=False) == pytest.approx(2 * 128 * 127 * 0.2)
+
+
+def test_c2c_waits_until_the_c2i_loss_leaves_the_plateau(world, tmp_path):
+    from pseudopairs.model.settings import plateau_loss
+
+    straight = _run(world, tmp_path / "straight", max_updates=60)
+    log = pd.read_csv(tmp_path / "straight" / "train_log.csv")
+    assert straight["c2c_from"] is None and (log["task"].iloc[:20] == "c2c").any()
+
+    summary = _run(world, tmp_path / "warm", max_updates=60, c2c_warmup=0.9)
+    log = pd.read_csv(tmp_path / "warm" / "train_log.csv")
+    start = summary["c2c_from"]
+    assert start is not None and 10 < start < 60
+    before = log[log["update"] <= start]
+    assert (before["task"] == "c2i").all()          # no c2c while on the plateau
+    threshold = 0.9 * plateau_loss(batch_size=SETTINGS["batch_size"], margin=0.2, max_violation=True)
+    assert before["loss"].tail(10).mean() < threshold <= before["loss"].iloc[-11:-1].mean()
+    assert (log[log["update"] > start]["task"] == "c2c").any()   # switched on, and stays on
+
+
+def test_killed_run_with_warm_up_resumes_to_the_same_result(world, tmp_path, monkeypatch):
+    _run(world, tmp_path / "straight", max_updates=50, c2c_warmup=0.9)
+    _count_steps(monkeypatch, fail_at=35)
+    with pytest.raises(_Killed):
+        _run(world, tmp_path / "resumed", max_updates=50, c2c_warmup=0.9)
+    _count_steps(monkeypatch)
+    _run(world, tmp_path / "resumed", max_updates=50, c2c_warmup=0.9)
+    assert _same_weights(_weights(tmp_path / "straight"), _weights(tmp_path / "resumed"))
+    assert ((tmp_path / "straight" / "train_log.csv").read_text()
+            == (tmp_path / "resumed" / "train_log.csv").read_text())

@@ -21,10 +21,15 @@ import pytest
 import torch
 
 from pseudopairs import cli
-from pseudopairs import mt_model as M
-from pseudopairs import translation as T
+from pseudopairs.translation import transformer as M
+from pseudopairs.translation import checkpoint as CK
+from pseudopairs.translation import convert as CV
+from pseudopairs.translation import settings as TS
+from pseudopairs.translation import text as TX
+from pseudopairs.translation import train as TR
+from pseudopairs.translation import translate as TL
 from pseudopairs.io import CAPTION_COLUMNS, read_captions
-from pseudopairs.text import prepare_line
+from pseudopairs.data.text import prepare_line
 from pseudopairs.world import parallel_caption, sample_scene
 
 torch.set_num_threads(1)
@@ -74,15 +79,15 @@ def trained(tmp_path_factory, pairs):
     src = write_lines(root / "train.en", [en for en, _ in pairs])
     tgt = write_lines(root / "train.de", [de for _, de in pairs])
     out = root / "model"
-    T.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
-               settings=T.TrainSettings.from_dict(MEMORISE), output_dir=out, progress=False)
+    TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
+               settings=TS.TrainSettings.from_dict(MEMORISE), output_dir=out, progress=False)
     return out
 
 
 @pytest.fixture(scope="module")
 def converted(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("ct2") / "model"
-    T.convert_checkpoint(trained / "model.pt", out, quantization="none", model_id="tiny-demo")
+    CV.convert_checkpoint(trained / "model.pt", out, quantization="none", model_id="tiny-demo")
     return out
 
 
@@ -99,7 +104,7 @@ def ct2_greedy(model_dir: Path, sentences: list[str]) -> list[str]:
     """Bare CTranslate2 greedy translation (float32) of raw sentences, detokenised."""
     import ctranslate2
 
-    model = T.open_model_dir(model_dir)
+    model = CV.open_model_dir(model_dir)
     translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
                                         intra_threads=1)
     results = translator.translate_batch(model.source_tokenizer.encode(sentences), beam_size=1)
@@ -145,30 +150,30 @@ def test_memorised_pairs_give_bleu_100(trained, pairs):
 
 
 def test_compute_bleu_of_given_strings():
-    same = T.compute_bleu(["a red ball on the grass ."], ["a red ball on the grass ."])
+    same = TX.compute_bleu(["a red ball on the grass ."], ["a red ball on the grass ."])
     assert same["bleu"] == 100.0 and same["brevity_penalty"] == 1.0
     # 4 of 6 unigrams, 2 of 5 bigrams, 1 of 4 trigrams, 0 of 3 four-grams (smoothed), same length
-    partial = T.compute_bleu(["a b c d x y"], ["a b c e d f"])
+    partial = TX.compute_bleu(["a b c d x y"], ["a b c e d f"])
     assert partial["precisions"][:3] == [pytest.approx(66.6667), 40.0, 25.0]
     assert 0 < partial["bleu"] < 40
-    assert T.compute_bleu(["x y z"], ["a b c"])["bleu"] == 0.0
+    assert TX.compute_bleu(["x y z"], ["a b c"])["bleu"] == 0.0
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
-        T.compute_bleu(["a", "b"], ["a"])
+        TX.compute_bleu(["a", "b"], ["a"])
 
 
 def test_training_is_deterministic(tmp_path, pairs):
     src = write_lines(tmp_path / "s.en", [en for en, _ in pairs])
     tgt = write_lines(tmp_path / "s.de", [de for _, de in pairs])
-    settings = T.TrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1})
+    settings = TS.TrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1})
     for name in ("a", "b"):
-        T.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
+        TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
                    settings=settings, output_dir=tmp_path / name, progress=False)
     a, b = (M.load_opennmt_checkpoint(tmp_path / n / "model.pt") for n in ("a", "b"))
     assert a["model"].keys() == b["model"].keys()
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert (tmp_path / "a" / "sentencepiece.model").read_bytes() == (tmp_path / "b" / "sentencepiece.model").read_bytes()
-    other = T.TrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1, "seed": 1})
-    T.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
+    other = TS.TrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1, "seed": 1})
+    TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
                settings=other, output_dir=tmp_path / "c", progress=False)
     c = M.load_opennmt_checkpoint(tmp_path / "c" / "model.pt")
     assert not torch.equal(a["model"]["decoder.layer_norm.weight"], c["model"]["decoder.layer_norm.weight"])
@@ -178,18 +183,18 @@ def test_parallel_files_must_align(tmp_path):
     src = write_lines(tmp_path / "a.en", ["one", "two"])
     tgt = write_lines(tmp_path / "a.de", ["eins"])
     with pytest.raises(ValueError, match=r"a\.en has 2 lines, .*a\.de has 1"):
-        T.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=src,
-                   settings=T.TrainSettings(), output_dir=tmp_path / "out", progress=False)
+        TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=src,
+                   settings=TS.TrainSettings(), output_dir=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
     with pytest.raises(FileNotFoundError, match="missing.en"):
-        T.read_parallel(tmp_path / "missing.en", tgt)
+        TX.read_parallel(tmp_path / "missing.en", tgt)
 
 
 @pytest.mark.parametrize("values, message", [
     ({"heads": 3}, "translation.train.heads: must divide translation.train.d_model"),
     ({"d_model": 63, "heads": 1}, "translation.train.d_model: must be even"),
     ({"layers": 2}, "unknown setting(s) translation.train.layers"),
-    ({"lr": 0}, "translation.train.lr: must be a number in (0"),
+    ({"lr": 0}, "translation.train.lr: must be a number > 0.0, got 0"),
     ({"epochs": True}, "translation.train.epochs: must be an integer"),
     ({"max_steps": 0}, "translation.train.max_steps: must be null or an integer >= 1"),
     ({"dropout": 1.0}, "translation.train.dropout: must be a number in [0.0, 1.0)"),
@@ -199,7 +204,7 @@ def test_parallel_files_must_align(tmp_path):
 ])
 def test_train_settings_errors_name_the_key(values, message):
     with pytest.raises(ValueError) as err:
-        T.TrainSettings.from_dict(values)
+        TS.TrainSettings.from_dict(values)
     assert message in str(err.value)
 
 
@@ -214,7 +219,7 @@ def test_train_settings_errors_name_the_key(values, message):
 ])
 def test_translate_settings_errors_name_the_key(values, message):
     with pytest.raises(ValueError) as err:
-        T.TranslateSettings.from_dict(values)
+        TS.TranslateSettings.from_dict(values)
     assert message in str(err.value)
 
 
@@ -224,10 +229,11 @@ def test_cli_reports_bad_settings(tmp_path, capsys):
                    "--source-valid", str(src), "--target-valid", str(src), "--settings", '{"heads": 0}',
                    "--output-dir", str(tmp_path / "out"))
     assert code == 1 and "translation.train.heads" in capsys.readouterr().err
-    code = run_cli("train-mt", "--source-train", str(src), "--target-train", str(src),
-                   "--source-valid", str(src), "--target-valid", str(src), "--settings", "{oops",
-                   "--output-dir", str(tmp_path / "out"))
-    assert code == 1 and "--settings: not valid JSON" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:  # refused while parsing the arguments
+        run_cli("train-mt", "--source-train", str(src), "--target-train", str(src),
+                "--source-valid", str(src), "--target-valid", str(src), "--settings", "{oops",
+                "--output-dir", str(tmp_path / "out"))
+    assert exit.value.code == 2 and "--settings: not valid JSON" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,13 +242,13 @@ def test_cli_reports_bad_settings(tmp_path, capsys):
 
 def test_converted_directory_is_self_contained(converted, trained):
     names = {p.name for p in converted.iterdir()}
-    assert {"model.bin", "config.json", T.MODEL_INFO, T.SHARED_TOKENIZER} <= names
-    info = json.loads((converted / T.MODEL_INFO).read_text())
+    assert {"model.bin", "config.json", CV.MODEL_INFO, CV.SHARED_TOKENIZER} <= names
+    info = json.loads((converted / CV.MODEL_INFO).read_text())
     assert info["model_id"] == "tiny-demo" and info["quantization"] == "none"
-    assert info["source"]["sha256"] == T.sha256_file(trained / "model.pt")
+    assert info["source"]["sha256"] == TX.sha256_file(trained / "model.pt")
     assert info["source"]["layout"] == "opennmt-py-3"
     assert info["converter"]["class"] == "ctranslate2.converters.OpenNMTPyConverter"
-    assert info["tokenizer"]["source"] == info["tokenizer"]["target"] == T.SHARED_TOKENIZER
+    assert info["tokenizer"]["source"] == info["tokenizer"]["target"] == CV.SHARED_TOKENIZER
     assert info["tokenizer"]["vocabulary_coverage"] == {"source": 1.0, "target": 1.0}
     assert not [p for p in converted.parent.iterdir() if p.name.startswith(".")]  # no staging left
 
@@ -254,7 +260,7 @@ def test_ctranslate2_greedy_equals_pytorch_greedy(trained, converted, pairs):
     model = M.model_from_checkpoint(checkpoint)
     vocab = checkpoint["vocab"]["src"]
     index = {t: i for i, t in enumerate(vocab)}
-    tokenizer = T.SentencePieceTokenizer(trained / "sentencepiece.model")
+    tokenizer = TX.SentencePieceTokenizer(trained / "sentencepiece.model")
     novel = [en for en, _ in world_pairs(8, seed=11)]
     sentences = [en for en, _ in pairs] + novel + ["red red red", "water"]
     pieces = tokenizer.encode(sentences)
@@ -268,23 +274,23 @@ def test_ctranslate2_greedy_equals_pytorch_greedy(trained, converted, pairs):
 
 def test_convert_rejects_a_tokenizer_of_another_model(trained, tmp_path):
     other = tmp_path / "other.model"
-    other.write_bytes(T.train_sentencepiece(["zzz qqq xxx", "qq zz"], vocab_size=20, model_type="char",
+    other.write_bytes(TX.train_sentencepiece(["zzz qqq xxx", "qq zz"], vocab_size=20, model_type="char",
                                             character_coverage=1.0))
     with pytest.raises(ValueError, match="does not match the source vocabulary"):
-        T.convert_checkpoint(trained / "model.pt", tmp_path / "ct2", source_tokenizer=other)
+        CV.convert_checkpoint(trained / "model.pt", tmp_path / "ct2", source_tokenizer=other)
     assert not (tmp_path / "ct2").exists()
 
 
 def test_convert_errors_name_the_file(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="nothing.pt"):
-        T.convert_checkpoint(tmp_path / "nothing.pt", tmp_path / "out")
+        CV.convert_checkpoint(tmp_path / "nothing.pt", tmp_path / "out")
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"this is not a checkpoint")
     with pytest.raises(ValueError, match="junk.pt: not a readable PyTorch checkpoint"):
-        T.load_checkpoint(junk)
+        CK.load_checkpoint(junk)
     torch.save({"model": {}}, tmp_path / "partial.pt")
     with pytest.raises(ValueError, match=r"partial.pt: not an OpenNMT-py checkpoint \(missing key"):
-        T.load_checkpoint(tmp_path / "partial.pt")
+        CK.load_checkpoint(tmp_path / "partial.pt")
     assert run_cli("convert-mt", "--checkpoint", str(junk), "--output-dir", str(tmp_path / "o")) == 1
     assert "junk.pt" in capsys.readouterr().err
 
@@ -388,14 +394,14 @@ def test_legacy_checkpoints_convert_to_the_same_model(version, trained, converte
     with pytest.raises(Exception):  # the weights-only unpickler refuses it, as the plain converter does
         with torch.serialization.safe_globals([argparse.Namespace]):
             torch.load(legacy, weights_only=True)
-    loaded = T.load_checkpoint(legacy)
+    loaded = CK.load_checkpoint(legacy)
     assert loaded.layout == f"opennmt-py-{version}"
     assert "torchtext.vocab.Vocab" in loaded.stand_ins
     assert loaded.checkpoint["vocab"] == {"src": modern["vocab"]["src"], "tgt": modern["vocab"]["tgt"]}
     assert not hasattr(loaded.checkpoint["opt"], "some_tokenizer")
     (tmp_path / "sentencepiece.model").write_bytes((trained / "sentencepiece.model").read_bytes())
     out = tmp_path / "ct2"
-    info = T.convert_checkpoint(legacy, out, quantization="none")  # tokenizer found beside it
+    info = CV.convert_checkpoint(legacy, out, quantization="none")  # tokenizer found beside it
     assert info["source"]["layout"] == f"opennmt-py-{version}"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
     sentences = [en for en, _ in pairs] + [en for en, _ in world_pairs(4, seed=5)]
@@ -403,7 +409,7 @@ def test_legacy_checkpoints_convert_to_the_same_model(version, trained, converte
 
 
 def test_paper_model_source():
-    source = T.paper_model_source()
+    source = TS.paper_model_source()
     assert source["url"] == "https://s3.amazonaws.com/opennmt-models/transformer-ende-wmt-pyOnmt.tar.gz"
     assert source["checkpoint"] == "averaged-10-epoch.pt" and source["tokenizer"] == "sentencepiece.model"
     assert source["sha256"] is None  # none published; see checksums.json
@@ -438,18 +444,18 @@ def captions(tmp_path, pairs) -> Path:
 
 
 def translate(captions: Path, output: Path, model: Path, **overrides):
-    settings = T.TranslateSettings.from_dict({**TRANSLATE, **overrides})
-    return T.translate_captions(captions, output, model_dir=model, source_lang="en", target_lang="de",
+    settings = TS.TranslateSettings.from_dict({**TRANSLATE, **overrides})
+    return TL.translate_captions(captions, output, model_dir=model, source_lang="en", target_lang="de",
                                 dataset="coco.de-mt", settings=settings, command="test", progress=False)
 
 
 def test_translations_are_aligned_with_the_source_captions(captions, converted, tmp_path, pairs, caplog):
     output = tmp_path / "out" / "train.parquet"
     source = read_captions(captions, lang="en")
-    lengths = [len(p) for p in T.open_model_dir(converted).source_tokenizer.encode(source["raw"].tolist())]
+    lengths = [len(p) for p in CV.open_model_dir(converted).source_tokenizer.encode(source["raw"].tolist())]
     longest_normal = sorted(lengths)[-2]  # the long caption is the longest by far
     assert lengths[5] > 2 * longest_normal
-    with caplog.at_level(logging.WARNING, logger="pseudopairs.translation"):
+    with caplog.at_level(logging.WARNING, logger="pseudopairs.translation.translate"):
         run = translate(captions, output, converted, max_input_tokens=longest_normal)
     out = read_captions(output)
     assert list(out.columns) == CAPTION_COLUMNS
@@ -478,7 +484,7 @@ def test_killed_run_resumes_from_its_chunks(captions, converted, tmp_path, monke
     reference = tmp_path / "reference" / "train.parquet"
     translate(captions, reference, converted)
     output = tmp_path / "resumed" / "train.parquet"
-    real_write = T._write_chunk
+    real_write = TL._write_chunk
     calls = {"write": 0, "translate": 0}
 
     def dying_write(*args, **kwargs):
@@ -487,21 +493,21 @@ def test_killed_run_resumes_from_its_chunks(captions, converted, tmp_path, monke
         calls["write"] += 1
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(T, "_write_chunk", dying_write)
+    monkeypatch.setattr(TL, "_write_chunk", dying_write)
     with pytest.raises(KeyboardInterrupt):
         translate(captions, output, converted)
     assert not output.exists() and not output.with_suffix(".json").exists()
     chunk_dir = output.with_name(output.name + ".chunks")
     assert sorted(p.name for p in chunk_dir.iterdir()) == ["chunk-000000.json", "chunk-000001.json"]
-    monkeypatch.setattr(T, "_write_chunk", real_write)
+    monkeypatch.setattr(TL, "_write_chunk", real_write)
 
-    real_translate = T.translate_texts
+    real_translate = TL.translate_texts
 
     def counting(*args, **kwargs):
         calls["translate"] += 1
         return real_translate(*args, **kwargs)
 
-    monkeypatch.setattr(T, "translate_texts", counting)
+    monkeypatch.setattr(TL, "translate_texts", counting)
     run = translate(captions, output, converted)
     assert (run.reused_chunks, run.computed_chunks, calls["translate"]) == (2, 1, 1)
     pd.testing.assert_frame_equal(read_captions(output), read_captions(reference))
@@ -510,7 +516,7 @@ def test_killed_run_resumes_from_its_chunks(captions, converted, tmp_path, monke
 
 def test_changed_settings_do_not_reuse_chunks(captions, converted, tmp_path, monkeypatch):
     output = tmp_path / "out" / "train.parquet"
-    real_write = T._write_chunk
+    real_write = TL._write_chunk
     chunk_dir = output.with_name(output.name + ".chunks")
     # store one chunk of a beam-1 run, then ask for beam 2
     written = {"n": 0}
@@ -521,11 +527,11 @@ def test_changed_settings_do_not_reuse_chunks(captions, converted, tmp_path, mon
         written["n"] += 1
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(T, "_write_chunk", one_chunk)
+    monkeypatch.setattr(TL, "_write_chunk", one_chunk)
     with pytest.raises(KeyboardInterrupt):
         translate(captions, output, converted)
     assert len(list(chunk_dir.iterdir())) == 1
-    monkeypatch.setattr(T, "_write_chunk", real_write)
+    monkeypatch.setattr(TL, "_write_chunk", real_write)
     run = translate(captions, output, converted, beam_size=2)
     assert run.reused_chunks == 0 and run.computed_chunks == 3
 
@@ -541,10 +547,10 @@ def test_missing_or_corrupt_model_is_a_clear_error(captions, converted, tmp_path
     (broken / "model.bin").write_bytes(b"\x00garbage" * 10)
     with pytest.raises(ValueError, match=r"broken: cannot load the CTranslate2 model"):
         translate(captions, output, broken)
-    (broken / T.MODEL_INFO).write_text("{not json")
+    (broken / CV.MODEL_INFO).write_text("{not json")
     with pytest.raises(ValueError, match=r"pseudopairs_mt.json: corrupt model description"):
         translate(captions, output, broken)
-    (broken / T.MODEL_INFO).unlink()
+    (broken / CV.MODEL_INFO).unlink()
     with pytest.raises(ValueError, match=r"broken: not a converted translation model directory"):
         translate(captions, output, broken)
     assert not output.exists()
@@ -555,9 +561,9 @@ def test_missing_or_corrupt_model_is_a_clear_error(captions, converted, tmp_path
 
 
 def test_no_source_language_rows_is_an_error(captions, converted, tmp_path):
-    settings = T.TranslateSettings.from_dict(TRANSLATE)
+    settings = TS.TranslateSettings.from_dict(TRANSLATE)
     with pytest.raises(ValueError, match=r"no captions in language 'fr'"):
-        T.translate_captions(captions, tmp_path / "o.parquet", model_dir=converted, source_lang="fr",
+        TL.translate_captions(captions, tmp_path / "o.parquet", model_dir=converted, source_lang="fr",
                              target_lang="de", dataset="x", settings=settings, progress=False)
 
 
@@ -565,7 +571,7 @@ def test_cli_convert_and_translate(trained, captions, tmp_path, capsys):
     ct2 = tmp_path / "ct2"
     assert run_cli("convert-mt", "--checkpoint", str(trained / "model.pt"), "--output-dir", str(ct2),
                    "--quantization", "int8") == 0
-    info = json.loads((ct2 / T.MODEL_INFO).read_text())
+    info = json.loads((ct2 / CV.MODEL_INFO).read_text())
     assert info["quantization"] == "int8" and info["model_id"].endswith("-int8")
     output = tmp_path / "mt" / "train.parquet"
     assert run_cli("translate-captions", "--model", str(ct2), "--captions", str(captions),
@@ -585,9 +591,9 @@ def test_moses_preparation_in_worker_processes_gives_the_same_table(captions, co
     pd.testing.assert_frame_equal(read_captions(inline), read_captions(pooled))
 
 
-def test_module_entry_point_runs_without_the_full_cli(captions, tmp_path, capsys):
-    """``python -m pseudopairs.translation`` (the torch-free GPU environment's entry point)."""
-    code = T.main(["translate-captions", "--model", str(tmp_path / "absent"), "--captions", str(captions),
+def test_translate_captions_command_error_is_one_line(captions, tmp_path, capsys):
+    """``python -m pseudopairs translate-captions`` (the torch-free GPU environment's command)."""
+    code = cli.main(["translate-captions", "--model", str(tmp_path / "absent"), "--captions", str(captions),
                    "--source-lang", "en", "--target-lang", "de", "--dataset", "coco.de-mt",
                    "--output", str(tmp_path / "o.parquet")])
     assert code == 1 and "translation model directory not found" in capsys.readouterr().err
@@ -600,11 +606,11 @@ def test_translate_captions_needs_no_torch(captions, converted, tmp_path):
     output = tmp_path / "nt" / "train.parquet"
     script = (
         "import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails
-        "from pseudopairs import translation as T\n"
-        f"sys.exit(T.main(['translate-captions', '--model', {str(converted)!r}, '--captions', {str(captions)!r},"
+        "from pseudopairs import cli\n"
+        f"sys.exit(cli.main(['translate-captions', '--model', {str(converted)!r}, '--captions', {str(captions)!r},"
         f" '--source-lang', 'en', '--target-lang', 'de', '--dataset', 'coco.de-mt', '--output', {str(output)!r},"
         f" '--settings', {json.dumps(json.dumps(TRANSLATE))}, '--no-progress']))\n")
-    env = {**__import__("os").environ, "PYTHONPATH": str(Path(T.__file__).parents[1])}
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(TL.__file__).parents[2])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(read_captions(output)) == 9

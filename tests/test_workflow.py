@@ -141,7 +141,7 @@ def test_paper_multi30k_from_local_mirror_dry_run(tmp_path, multi30k_root):
     """`paper_data.multi30k.base` may be a local mirror directory: the download jobs then copy
     its files, still verified against the recorded SHA-256."""
     import yaml
-    from pseudopairs.download import multi30k_sha256
+    from pseudopairs.data.download import multi30k_sha256
 
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     config["paper_data"]["multi30k"]["base"] = str(multi30k_root)

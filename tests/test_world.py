@@ -534,9 +534,9 @@ def test_cli(tmp_path, capsys):
     assert summary["images"] == {"m30k/train": 2, "m30k/val": 1, "m30k/test": 1}
     assert summary["captions"]["m30k/train"] == 20 and summary["captions"]["m30k_task1/train"] == 4
     assert len(pd.read_parquet(tmp_path / "captions/raw/m30k_task1/val.parquet")) == 2
-    bad = _parser().parse_args(["world", "--settings", "{seed: 1}", "--out-root", str(tmp_path)])
-    with pytest.raises(ValueError, match="--settings is not valid JSON"):
-        bad.func(bad)
+    with pytest.raises(SystemExit):  # refused while parsing the arguments
+        _parser().parse_args(["world", "--settings", "{seed: 1}", "--out-root", str(tmp_path)])
+    assert "argument --settings: --settings: not valid JSON" in capsys.readouterr().err
 
 
 def test_parallel_text_for_the_demo_mt_model(tmp_path):

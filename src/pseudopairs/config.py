@@ -109,21 +109,7 @@ def _pseudopair_errors(config: dict) -> list[str]:
         if pp["queries"] in datasets and pp["database"] in datasets:
             if datasets[pp["queries"]]["lang"] == datasets[pp["database"]]["lang"]:
                 messages.append(f"{where}': queries and database are in the same language")
-        mining = pp.get("mining", {})
-        criterion = mining.get("criterion", "cosine")
-        allowed = {"cosine": set(), "mutual": set(), "csls": {"k"}, "margin": {"k"},
-                   "inverted_softmax": {"beta"}}[criterion]
-        for key in sorted(set(mining) - {"criterion"} - allowed):
-            messages.append(f"{where}.mining.{key}': not a parameter of criterion {criterion!r}")
-        if "k" in allowed and isinstance(mining.get("k"), int) and not messages:
-            from pseudopairs.experiments import known_caption_count
-
-            for role in ("database", "queries"):
-                count = known_caption_count(config, pp[role])
-                if count is not None and mining["k"] > count:
-                    messages.append(f"{where}.mining.k': k={mining['k']} exceeds the {count} captions "
-                                    f"of the {role} ({pp[role]}); criterion {criterion!r} averages "
-                                    f"each side's k nearest neighbours")
+        messages += _criterion_errors(config, name, pp, where)
     stats = config.get("pseudopair_stats", {})
     for i, pair in enumerate(stats.get("compare", [])):
         for side in ("a", "b"):
@@ -135,6 +121,30 @@ def _pseudopair_errors(config: dict) -> list[str]:
             messages.append(f"config key 'pseudopair_stats.figure.pseudopairs.{i}': unknown pseudopair "
                             f"set {name!r}")
     return messages
+
+
+def _criterion_errors(config: dict, name: str, pp: dict, where: str) -> list[str]:
+    """A pseudopair set's criterion and parameters, checked by the criteria registry — against
+    the sizes of its queries and database when they are known before any job runs."""
+    from pseudopairs.experiments import DEFAULT_CRITERION, known_caption_count
+    from pseudopairs.mining import criteria
+
+    mining = dict(pp.get("mining", {}))
+    criterion = mining.pop("criterion", DEFAULT_CRITERION)
+    if criterion not in criteria.CRITERIA:
+        return [f"{where}.mining.criterion': unknown criterion {criterion!r}; known: "
+                f"{', '.join(criteria.CRITERIA.names())}"]
+    datasets = config.get("datasets", {})
+    counts = {role: known_caption_count(config, pp[role]) if pp[role] in datasets else None
+              for role in ("queries", "database")}
+    try:
+        criteria.check_params(criterion, mining, n_queries=counts["queries"], n_database=counts["database"])
+    except ValueError as err:
+        key = str(err).split("=")[0].split(" ")[0]
+        sizes = f" ({pp['queries']}: {counts['queries']}, {pp['database']}: {counts['database']} captions)" \
+            if "exceeds" in str(err) else ""
+        return [f"{where}.mining.{key}': {err}{sizes}"]
+    return []
 
 
 #: ``translation.translate`` keys that are not CTranslate2 settings (the job's CPU threads).
@@ -149,7 +159,7 @@ def _translation_errors(config: dict) -> list[str]:
     translated = [name for name, ds in datasets.items() if "translation" in ds]
     if "translation" not in config:
         return [f"config key 'translation': required by the translated data set(s) {translated}"] if translated else []
-    from pseudopairs.translation import QUANTIZATIONS, TrainSettings, TranslateSettings
+    from pseudopairs.translation.settings import QUANTIZATIONS, TrainSettings, TranslateSettings
 
     section = config["translation"]
     model = section["model"]
@@ -186,7 +196,34 @@ def _translation_errors(config: dict) -> list[str]:
         try:
             settings.from_dict(values)
         except (ValueError, TypeError) as err:
-            messages.append(f"config key '{settings.SECTION}': {err}")
+            key, _, why = str(err).partition(": ")
+            messages.append(f"config key '{key}': {why}")
+    return messages
+
+
+def _settings_errors(config: dict) -> list[str]:
+    """Each step's section checked by its settings class (the one the step itself reads), so a
+    value the schema admits but the step would refuse fails here, naming the key."""
+    from pseudopairs.features.settings import FeatureSettings
+    from pseudopairs.mining.settings import MiningSettings
+    from pseudopairs.model.settings import ModelSettings, TrainingSettings
+    from pseudopairs.settings import SettingsError
+
+    checks = [(FeatureSettings, config.get("features"), ""), (ModelSettings, config.get("model"), ""),
+              (TrainingSettings, config.get("training"), ""), (MiningSettings, config.get("mining"), "")]
+    for name, exp in config.get("experiments", {}).items():
+        if "training" in exp:
+            checks.append((TrainingSettings, {**config.get("training", {}), **exp["training"]},
+                           f" (with the overrides of experiments.{name}.training)"))
+    messages = []
+    for cls, values, context in checks:
+        if values is None:
+            continue
+        try:
+            cls.from_dict(values)
+        except SettingsError as err:
+            key, _, why = str(err).partition(": ")
+            messages.append(f"config key '{key}': {why}{context}")
     return messages
 
 
@@ -210,6 +247,7 @@ def _reference_errors(config: dict) -> list[str]:
     messages += _dataset_errors(datasets, config.get("pseudopairs", {}))
     messages += _pseudopair_errors(config)
     messages += _translation_errors(config)
+    messages += _settings_errors(config)
     for name, exp in experiments.items():
         for i, ds in enumerate(exp.get("c2i", [])):
             if ds not in datasets:

@@ -1,5 +1,5 @@
 """Experiments as data: turn the config's declaration of an experiment into the concrete inputs
-of its training job (the ``spec`` that :func:`pseudopairs.training.train` reads) and the list of
+of its training job (the ``spec`` that :func:`pseudopairs.model.training.train` reads) and the list of
 files Snakemake must build first. Nothing here looks inside names: a data set's corpus, language
 and origin (a corpus, a pseudopair set, a translation) come from ``config['datasets']``."""
 
@@ -198,10 +198,19 @@ def pseudopair_sets(config: dict) -> list[str]:
     return list(config.get("pseudopairs", {}))
 
 
+DEFAULT_CRITERION = "cosine"  # the paper's (§2.2)
+
+
+def criterion(config: dict, name: str) -> str:
+    """The mining criterion of pseudopair set ``name`` (its ``mining.criterion``, else the paper's)."""
+    return pseudopair_set(config, name).get("mining", {}).get("criterion", DEFAULT_CRITERION)
+
+
 def mining_settings(config: dict, name: str) -> dict[str, Any]:
     """The config's ``mining`` section (engine settings) with the set's criterion and its
-    parameters (``criterion`` defaults to ``cosine``, the paper's)."""
-    return {"criterion": "cosine", **config["mining"], **pseudopair_set(config, name).get("mining", {})}
+    parameters."""
+    return {**config["mining"], **pseudopair_set(config, name).get("mining", {}),
+            "criterion": criterion(config, name)}
 
 
 def mining_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
@@ -225,10 +234,6 @@ def mining_inputs(config: dict, name: str, seed: int) -> list[str]:
                    spec["database"]["captions"]})
 
 
-def pseudopair_datasets(config: dict) -> list[str]:
-    return [name for name in config["datasets"] if dataset_kind(config, name) == "pseudopairs"]
-
-
 def translation_datasets(config: dict) -> list[str]:
     return [name for name in config["datasets"] if dataset_kind(config, name) == "translation"]
 
@@ -245,19 +250,23 @@ def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
     paper's figures), the seeds, the top-N of "the top 150 captions" and the set comparisons."""
     stats = config.get("pseudopair_stats", {})
     return {
-        "sets": {name: {"source": pp["source"],
-                        "criterion": pp.get("mining", {}).get("criterion", "cosine"),
+        "sets": {name: {"source": pp["source"], "criterion": criterion(config, name),
                         "paper": pp.get("paper", {})}
                  for name, pp in config.get("pseudopairs", {}).items()},
         "seeds": list(config["seeds"]),
         "top": stats.get("top", 150),
         "compare": list(stats.get("compare", [])),
+        # the files the step reads (the rule's inputs): set -> seed -> {pairs, stats}
+        "files": {name: {str(seed): {"pairs": layout.pseudopair_pairs(name, seed),
+                                     "stats": layout.pseudopair_mining_stats(name, seed)}
+                         for seed in config["seeds"]}
+                  for name in pseudopair_sets(config)},
     }
 
 
 def pseudopair_stats_inputs(config: dict) -> list[str]:
-    return [path for name in pseudopair_sets(config) for seed in config["seeds"]
-            for path in (layout.pseudopair_pairs(name, seed), layout.pseudopair_mining_stats(name, seed))]
+    files = pseudopair_stats_spec(config)["files"]
+    return [path for by_seed in files.values() for pair in by_seed.values() for path in pair.values()]
 
 
 def pseudopair_figure_spec(config: dict) -> dict[str, Any]:
@@ -300,14 +309,30 @@ def table_experiments(config: dict, table: str) -> list[str]:
     return names
 
 
+def table_spec(config: dict, table: str) -> dict[str, Any]:
+    """The ``table`` step's input: the table's config entry and the ``metrics.json`` of every
+    experiment it shows, per seed (experiment -> seed -> path; the rule's inputs)."""
+    return {**config["tables"][table],
+            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
+                        for name in table_experiments(config, table)}}
+
+
 def table_inputs(config: dict, table: str) -> list[str]:
-    return [layout.metrics(name, seed) for name in table_experiments(config, table) for seed in config["seeds"]]
+    return [path for by_seed in table_spec(config, table)["metrics"].values() for path in by_seed.values()]
+
+
+def training_curves_spec(config: dict) -> dict[str, Any]:
+    """The ``training-curves`` step's input: the tables and the training log of every experiment
+    any table shows, per seed (experiment -> seed -> path; the rule's inputs)."""
+    names = list(dict.fromkeys(n for table in config["tables"] for n in table_experiments(config, table)))
+    return {"tables": config["tables"],
+            "logs": {name: {str(seed): layout.train_log(name, seed) for seed in config["seeds"]}
+                     for name in names}}
 
 
 def training_logs(config: dict) -> list[str]:
     """The training logs of every experiment any table shows, for every seed (training curves)."""
-    names = list(dict.fromkeys(n for table in config["tables"] for n in table_experiments(config, table)))
-    return [layout.train_log(name, seed) for name in names for seed in config["seeds"]]
+    return [path for by_seed in training_curves_spec(config)["logs"].values() for path in by_seed.values()]
 
 
 def corpora_with_images(config: dict) -> list[str]:

@@ -198,6 +198,22 @@ def check_caption_texts(texts, *, source: str, what: str = "captions") -> None:
         log.warning("%s: %d of %d %s are empty", source, empty, len(texts), what)
 
 
+# A mined pseudopair file (``pairs.parquet``, paper §2.2): one row per query that got a match.
+PAIR_COLUMNS = ["query_image_id", "query_caption_idx", "query_lang", "query_text",
+                "match_row", "match_image_id", "match_caption_idx", "match_lang", "match_text",
+                "match_raw", "similarity", "score"]
+
+
+def read_pairs(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a ``pairs.parquet`` written by the ``mine`` step (columns :data:`PAIR_COLUMNS`)."""
+    with reading(path, "a pseudopair file (Parquet)", fix="delete it and rerun the mine step"):
+        frame = pd.read_parquet(path)
+    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not a pseudopair file, missing columns {missing}")
+    return frame
+
+
 FEATURE_FORMATS = (".npz", ".parquet")
 
 

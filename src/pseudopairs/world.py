@@ -38,6 +38,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFilter
 from tqdm import tqdm
 
+from pseudopairs import cli
 from pseudopairs.io import (IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, atomic_path, write_parquet_atomic,
                             write_text_atomic)
 from pseudopairs.world_grammar import (BACKGROUND_PHRASES, KIND_NOUNS, CaptionSpec, ObjectGroup,
@@ -727,26 +728,19 @@ def write_parallel_text(settings: Mapping[str, Any] | WorldSettings, out_root: s
 
 
 def _cli_world(args: argparse.Namespace) -> int:
-    try:
-        settings = json.loads(args.settings)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--settings is not valid JSON: {err}") from None
-    summary = build_world(settings, Path(args.out_root))
+    summary = build_world(args.settings, Path(args.out_root))
     print(json.dumps(summary, sort_keys=True))
     return 0
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("world", help="generate the offline demo world (images + captions)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--settings", required=True,
-                   help="JSON of the config's world section: seed, images, and optionally image_size, "
-                        "captions_per_image, max_groups, max_count, max_objects")
+    p = subparsers.add_parser("world", help=cli.COMMANDS["world"].summary, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_json(p, "--settings", "the config's world section")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
     p.set_defaults(func=_cli_world)
-    p = subparsers.add_parser("world-parallel",
-                              help="the demo world's parallel En-De text (for the demo MT model)")
-    p.add_argument("--settings", required=True, help="JSON of the config's world section (with parallel)")
+    p = subparsers.add_parser("world-parallel", help=cli.COMMANDS["world-parallel"].summary)
+    cli.add_json(p, "--settings", "the config's world section (with parallel)")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
-    p.set_defaults(func=lambda args: print(json.dumps(write_parallel_text(json.loads(args.settings),
+    p.set_defaults(func=lambda args: print(json.dumps(write_parallel_text(args.settings,
                                                                           Path(args.out_root)))))

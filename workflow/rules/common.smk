@@ -67,6 +67,95 @@ def pseudopair_outputs():
     return outputs
 
 
+# ----------------------------------------------------------------------------------------------
+# Input functions and params of the steps. All inputs are computed here, and each step reads
+# exactly the files it is given (the spec a param holds lists the same files the input function
+# gives Snakemake).
+
+
+def training_inputs(wildcards):
+    return ex.training_inputs(config, wildcards.experiment, int(wildcards.seed))
+
+
+def training_spec(wildcards):
+    return as_json(ex.training_spec(config, wildcards.experiment, int(wildcards.seed)))
+
+
+def training_settings(wildcards):
+    return as_json(ex.training_settings(config, wildcards.experiment))
+
+
+def evaluation_inputs(wildcards):
+    return ex.evaluation_inputs(config, wildcards.experiment, int(wildcards.seed))
+
+
+def evaluation_spec():
+    return as_json(ex.evaluation_spec(config))
+
+
+def mining_inputs(wildcards):
+    return ex.mining_inputs(config, wildcards.pseudopairs, int(wildcards.seed))
+
+
+def mining_spec(wildcards):
+    return as_json(ex.mining_spec(config, wildcards.pseudopairs, int(wildcards.seed)))
+
+
+def pseudopair_stats_inputs():
+    return ex.pseudopair_stats_inputs(config)
+
+
+def pseudopair_stats_spec():
+    return as_json(ex.pseudopair_stats_spec(config), sort_keys=False)
+
+
+def pseudopair_stats_outputs():
+    """The §7.2 statistics table, when the config declares pseudopair sets (for tables.md)."""
+    return [layout.pseudopair_stats()] if ex.pseudopair_sets(config) else []
+
+
+def pseudopair_figure_inputs():
+    return ex.pseudopair_figure_inputs(config)
+
+
+def pseudopair_figure_spec():
+    return as_json(ex.pseudopair_figure_spec(config), sort_keys=False)
+
+
+def table_inputs(wildcards):
+    return ex.table_inputs(config, wildcards.table)
+
+
+def table_spec(wildcards):
+    """The table's config entry (YAML order kept: it orders Table 7's direction columns) and its
+    metrics files."""
+    return as_json(ex.table_spec(config, wildcards.table), sort_keys=False)
+
+
+def training_curves_inputs():
+    return ex.training_logs(config)
+
+
+def training_curves_spec():
+    return as_json(ex.training_curves_spec(config), sort_keys=False)
+
+
+def truecaser_inputs():
+    return [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)]
+
+
+def translation_source_captions(wildcards):
+    return ex.translation_source(config, wildcards.dataset)["captions"]
+
+
+def translation_source_lang(wildcards):
+    return ex.translation_source(config, wildcards.dataset)["lang"]
+
+
+def translation_target_lang(wildcards):
+    return ex.dataset(config, wildcards.dataset)["lang"]
+
+
 def text_langs():
     """Languages whose captions are prepared (truecaser models are trained for these)."""
     langs = {d["lang"] for d in config["datasets"].values()}
@@ -187,7 +276,9 @@ def multi30k_url(wildcards):
 
 
 def multi30k_sha256(relpath):
-    from pseudopairs.download import multi30k_sha256 as recorded  # tqdm: imported only when needed
+    from pseudopairs.data.download import (
+        multi30k_sha256 as recorded,
+    )  # tqdm: imported only when needed
 
     return recorded(relpath)
 

@@ -12,7 +12,7 @@ localrules:
 
 rule mine:
     input:
-        lambda w: ex.mining_inputs(config, w.pseudopairs, int(w.seed)),
+        mining_inputs,
     output:
         pairs=layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
         stats=layout.pseudopair_mining_stats("{pseudopairs}", "{seed}"),
@@ -28,7 +28,7 @@ rule mine:
         runtime=runtime("mine"),
         gpu=GPU,
     params:
-        spec=lambda w: as_json(ex.mining_spec(config, w.pseudopairs, int(w.seed))),
+        spec=mining_spec,
     shell:
         "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs:q} "
         "--stats {output.stats:q} > {log:q} 2>&1"
@@ -55,7 +55,7 @@ rule pseudopair_captions:
 
 rule pseudopair_stats:
     input:
-        ex.pseudopair_stats_inputs(config),
+        pseudopair_stats_inputs(),
     output:
         stats=report(
             layout.pseudopair_stats(),
@@ -80,7 +80,7 @@ rule pseudopair_stats:
         mem_mb=mem_mb("pseudopair_stats"),
         runtime=runtime("pseudopair_stats"),
     params:
-        spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
+        spec=pseudopair_stats_spec(),
     shell:
         "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats:q} "
         "--plot {output.plot:q} --histogram {output.histogram:q} > {log:q} 2>&1"
@@ -88,7 +88,7 @@ rule pseudopair_stats:
 
 rule pseudopair_figure:
     input:
-        ex.pseudopair_figure_inputs(config),
+        pseudopair_figure_inputs(),
     output:
         png=report(
             layout.pseudopair_figure("png"),
@@ -110,7 +110,7 @@ rule pseudopair_figure:
         mem_mb=mem_mb("pseudopair_figure"),
         runtime=runtime("pseudopair_figure"),
     params:
-        spec=as_json(ex.pseudopair_figure_spec(config), sort_keys=False),
+        spec=pseudopair_figure_spec(),
     shell:
         "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png:q} "
         "--html {output.html:q} > {log:q} 2>&1"

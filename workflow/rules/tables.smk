@@ -10,7 +10,7 @@ localrules:
 
 rule table:
     input:
-        lambda w: ex.table_inputs(config, w.table),
+        table_inputs,
     output:
         report(
             layout.table("{table}"),
@@ -28,18 +28,16 @@ rule table:
         mem_mb=mem_mb("table"),
         runtime=runtime("table"),
     params:
-        # YAML order kept: it orders Table 7's direction columns.
-        spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
-        seeds=" ".join(str(s) for s in config["seeds"]),
+        spec=table_spec,
     shell:
-        "python -m pseudopairs table --name {wildcards.table:q} --spec {params.spec:q} --seeds {params.seeds:q} "
+        "python -m pseudopairs table --name {wildcards.table:q} --spec {params.spec:q} "
         "--output {output:q} > {log:q} 2>&1"
 
 
 rule tables_markdown:
     input:
         tables=all_tables(),
-        stats=[layout.pseudopair_stats()] if ex.pseudopair_sets(config) else [],
+        stats=pseudopair_stats_outputs(),
     output:
         report(layout.tables_markdown(), caption="../report/tables_markdown.rst", category="Tables"),
     log:
@@ -61,7 +59,7 @@ rule tables_markdown:
 
 rule training_curves:
     input:
-        ex.training_logs(config),
+        training_curves_inputs(),
     output:
         report(
             layout.training_curves(), caption="../report/training_curves.rst", category="Training"
@@ -76,8 +74,7 @@ rule training_curves:
         mem_mb=mem_mb("training_curves"),
         runtime=runtime("training_curves"),
     params:
-        tables=as_json(config["tables"], sort_keys=False),
-        seeds=" ".join(str(s) for s in config["seeds"]),
+        spec=training_curves_spec(),
     shell:
-        "python -m pseudopairs training-curves --tables {params.tables:q} --seeds {params.seeds:q} "
+        "python -m pseudopairs training-curves --spec {params.spec:q} "
         "--output {output:q} > {log:q} 2>&1"

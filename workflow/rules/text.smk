@@ -27,7 +27,7 @@ rule prepare_captions:
 
 rule train_truecaser:
     input:
-        [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)],
+        truecaser_inputs(),
     output:
         layout.truecase_model("{lang}"),
     log:

@@ -4,7 +4,7 @@
 
 rule train:
     input:
-        lambda w: ex.training_inputs(config, w.experiment, int(w.seed)),
+        training_inputs,
     output:
         checkpoint=layout.checkpoint("{experiment}", "{seed}"),
         vocab=layout.model_vocabulary("{experiment}", "{seed}"),
@@ -21,8 +21,8 @@ rule train:
         runtime=runtime("train"),
         gpu=GPU,
     params:
-        spec=lambda w: as_json(ex.training_spec(config, w.experiment, int(w.seed))),
-        settings=lambda w: as_json(ex.training_settings(config, w.experiment)),
+        spec=training_spec,
+        settings=training_settings,
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     shell:
         "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
@@ -31,7 +31,7 @@ rule train:
 
 rule evaluate:
     input:
-        lambda w: ex.evaluation_inputs(config, w.experiment, int(w.seed)),
+        evaluation_inputs,
     output:
         layout.metrics("{experiment}", "{seed}"),
     log:
@@ -46,7 +46,7 @@ rule evaluate:
         runtime=runtime("evaluate"),
         gpu=GPU,
     params:
-        spec=as_json(ex.evaluation_spec(config)),
+        spec=evaluation_spec(),
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
         vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
         device=config["training"]["device"],

@@ -100,7 +100,7 @@ rule convert_mt:
 rule translate:
     input:
         model=layout.translation_model(),
-        captions=lambda w: ex.translation_source(config, w.dataset)["captions"],
+        captions=translation_source_captions,
         truecase=translation_truecase_inputs,
     output:
         captions=layout.translated_captions("{dataset}"),
@@ -121,12 +121,12 @@ rule translate:
         gpu=GPU if config["translation"]["translate"].get("device") != "cpu" else 0,
     params:
         settings=as_json(translate_settings()),
-        source_lang=lambda w: ex.translation_source(config, w.dataset)["lang"],
-        target_lang=lambda w: ex.dataset(config, w.dataset)["lang"],
+        source_lang=translation_source_lang,
+        target_lang=translation_target_lang,
         case=config["text"]["case"],
         truecase=translation_truecase_args,
     shell:
-        "python -m pseudopairs.translation translate-captions --model {input.model:q} "
+        "python -m pseudopairs translate-captions --model {input.model:q} "
         "--captions {input.captions:q} --source-lang {params.source_lang:q} "
         "--target-lang {params.target_lang:q} --dataset {wildcards.dataset:q} --output {output.captions:q} "
         "--sidecar {output.sidecar:q} --settings {params.settings:q} --case {params.case:q} "

@@ -1,0 +1,134 @@
+"""Retrieval metrics (paper §3.3): R@K = percentage of queries with rank < K; median rank =
+``floor(median(rank)) + 1`` (ranks are 0-based); ``rsum`` = the six recalls summed (the paper's
+per-language "Sum"); :func:`sum_of_sums` adds those over languages ("Sum(Sum)"). Ranks come from
+the exact engine of :mod:`pseudopairs.evaluation.ranks`."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from pseudopairs.evaluation.ranks import retrieval_ranks, retrieval_ranks_reference, translation_ranks
+
+
+RECALL_KS = (1, 5, 10)
+
+
+METRIC_KEYS = (
+    "i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr",
+    "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr",
+    "rsum",
+)
+
+
+RECALL_KEYS = tuple(f"{d}_r{k}" for d in ("i2t", "t2i") for k in RECALL_KS)
+
+
+def recall_at(ranks: np.ndarray, k: int) -> float:
+    """Percentage of queries whose 0-based rank is < k."""
+    ranks = np.asarray(ranks)
+    if ranks.size == 0:
+        raise ValueError("recall_at: no queries")
+    return float(100.0 * np.count_nonzero(ranks < k) / ranks.size)
+
+
+def median_rank(ranks: np.ndarray) -> float:
+    """1-based median rank, floored: ``floor(median(0-based ranks)) + 1``."""
+    ranks = np.asarray(ranks)
+    if ranks.size == 0:
+        raise ValueError("median_rank: no queries")
+    return float(np.floor(np.median(ranks)) + 1)
+
+
+def metrics_from_ranks(*, i2t_ranks: np.ndarray, t2i_ranks: np.ndarray) -> dict[str, float]:
+    """The :data:`METRIC_KEYS` dict from 0-based ranks."""
+    out: dict[str, float] = {}
+    for direction, ranks in (("i2t", i2t_ranks), ("t2i", t2i_ranks)):
+        for k in RECALL_KS:
+            out[f"{direction}_r{k}"] = recall_at(ranks, k)
+        out[f"{direction}_medr"] = median_rank(ranks)
+    out["rsum"] = float(sum(out[key] for key in RECALL_KEYS))
+    return {key: out[key] for key in METRIC_KEYS}
+
+
+def retrieval_metrics(
+    *,
+    image_embeddings: Any,
+    caption_embeddings: Any,
+    caption_image_index: Any,
+    device: str | torch.device | None = None,
+    block_size: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
+    """I→T and T→I R@1/5/10, median ranks and rsum (plain floats) — vectorised.
+
+    ``image_embeddings`` (n_images × d) and ``caption_embeddings`` (n_captions × d): numpy arrays
+    or torch tensors, rows L2-normalised (similarity = dot product). ``caption_image_index[k]`` =
+    row of caption k's image. Captions may be in any order; an image may have any number ≥ 0 of
+    captions — images with none are T→I candidates only, not I→T queries.
+    """
+    ranks = retrieval_ranks(
+        image_embeddings=image_embeddings,
+        caption_embeddings=caption_embeddings,
+        caption_image_index=caption_image_index,
+        device=device,
+        block_size=block_size,
+        progress=progress,
+    )
+    return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
+
+
+def retrieval_metrics_reference(
+    *, image_embeddings: Any, caption_embeddings: Any, caption_image_index: Any, progress: bool = False
+) -> dict[str, float]:
+    """:func:`retrieval_metrics` computed with the per-query loop of :func:`retrieval_ranks_reference`."""
+    ranks = retrieval_ranks_reference(
+        image_embeddings=image_embeddings,
+        caption_embeddings=caption_embeddings,
+        caption_image_index=caption_image_index,
+        progress=progress,
+    )
+    return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
+
+
+def translation_retrieval(
+    *,
+    source_embeddings: Any,
+    target_embeddings: Any,
+    device: str | torch.device | None = None,
+    block_size: int | None = None,
+) -> dict[str, float]:
+    """``{"r1": R@1}`` (percent) of retrieving target row i for source row i among all targets.
+
+    Used for Table 7: EN→DE with (source=English, target=German) and DE→EN swapped.
+    """
+    ranks = translation_ranks(
+        source_embeddings=source_embeddings,
+        target_embeddings=target_embeddings,
+        device=device,
+        block_size=block_size,
+    )
+    return {"r1": recall_at(ranks, 1)}
+
+
+def language_sum(metrics: Mapping[str, float]) -> float:
+    """The paper's per-language "Sum": R@1+R@5+R@10 of I→T plus those of T→I (= ``rsum``)."""
+    missing = [key for key in RECALL_KEYS if key not in metrics]
+    if missing:
+        raise ValueError(f"language_sum: metrics lack {missing}")
+    return float(sum(float(metrics[key]) for key in RECALL_KEYS))
+
+
+def sum_of_sums(metrics_by_lang: Mapping[str, Mapping[str, float]]) -> float:
+    """The paper's "Sum(Sum)": :func:`language_sum` added over languages (``{"en": metrics, …}``)."""
+    if not metrics_by_lang:
+        raise ValueError("sum_of_sums: no languages given")
+    total = 0.0
+    for lang, metrics in metrics_by_lang.items():
+        try:
+            total += language_sum(metrics)
+        except ValueError as err:
+            raise ValueError(f"sum_of_sums: language {lang!r}: {err}") from err
+    return total

@@ -1,0 +1,172 @@
+"""The ``evaluate`` step — ``metrics.json`` of a trained model: image–sentence retrieval on the
+evaluation corpus' test split for each language (paper §3.3) and translation retrieval on the
+parallel test pairs (paper §7.1, Table 7) — and two commands that score stored embeddings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pseudopairs import cli
+from pseudopairs.evaluation.metrics import retrieval_metrics, translation_retrieval
+from pseudopairs.evaluation.ranks import _validate_retrieval_inputs, _validate_translation_inputs
+from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
+from pseudopairs.settings import resolve_device
+
+log = logging.getLogger(__name__)
+
+
+def caption_rows(captions, image_ids: list[str], *, lang: str, source: str, features):
+    """Texts of one language and, for each, the row of its image in ``image_ids`` (read from
+    ``features``). Captions of images the feature step skipped are dropped, as in training; any
+    other image without features is an error."""
+    row_of = {image_id: i for i, image_id in enumerate(image_ids)}
+    subset = captions[captions["lang"] == lang]
+    if subset.empty:
+        raise ValueError(f"{source}: no captions in language {lang!r}")
+    known = subset["image_id"].isin(row_of)
+    if not known.all():
+        check_missing_images(features, subset.loc[~known, "image_id"], captions=source)
+        log.warning("%s: %d %s captions have no image features; dropped", source, int((~known).sum()), lang)
+        subset = subset[known]
+    return subset["text"].tolist(), np.array([row_of[i] for i in subset["image_id"]], dtype=np.int64)
+
+
+def parallel_texts(captions, *, source_lang: str, target_lang: str, source: str):
+    """Aligned (source, target) texts of a parallel corpus: pairs share an image id and caption_idx."""
+    keys = ["image_id", "caption_idx"]
+    a = captions[captions["lang"] == source_lang][keys + ["text"]]
+    b = captions[captions["lang"] == target_lang][keys + ["text"]]
+    pairs = a.merge(b, on=keys, suffixes=("_a", "_b"), validate="one_to_one")
+    if len(pairs) != len(a) or len(pairs) != len(b):
+        raise ValueError(f"{source}: {len(a)} {source_lang} and {len(b)} {target_lang} captions do not pair up")
+    return pairs["text_a"].tolist(), pairs["text_b"].tolist()
+
+
+def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device: str = "cpu") -> dict:
+    from pseudopairs.data.vocab import Vocabulary
+    from pseudopairs.model.checkpoints import load_model
+    from pseudopairs.model.encode import encode_captions_texts, encode_image_features
+
+    model, meta = load_model(checkpoint, device=device)
+    vocab = Vocabulary.load(vocab_path)
+    image_ids, features = load_features(spec["features"])
+    image_embeddings = encode_image_features(model, features)
+    captions = read_captions(spec["captions"])
+    retrieval = {}
+    for lang in spec["langs"]:
+        texts, index = caption_rows(captions, image_ids, lang=lang, source=spec["captions"],
+                                    features=spec["features"])
+        caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
+        retrieval[lang] = retrieval_metrics(image_embeddings=image_embeddings,
+                                            caption_embeddings=caption_embeddings,
+                                            caption_image_index=index)
+        log.info("%s: %s", lang, retrieval[lang])
+    a, b = spec["translation_langs"]
+    texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
+                                      target_lang=b, source=spec["translation_captions"])
+    emb_a = encode_captions_texts(model, vocab, texts_a, batch_size=256)
+    emb_b = encode_captions_texts(model, vocab, texts_b, batch_size=256)
+    translation = {
+        f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
+        f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
+    }
+    return {
+        "retrieval": retrieval,
+        "translation": translation,
+        "sum_sum": sum(m["rsum"] for m in retrieval.values()),
+        "checkpoint": {k: meta[k] for k in ("update", "val_score") if k in meta},
+    }
+
+
+def _cli_evaluate(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device, key="--device")
+    result = evaluate_checkpoint(checkpoint=args.checkpoint, vocab_path=args.vocab, spec=args.spec,
+                                 device=device)
+    result = {"experiment": args.experiment, "seed": args.seed, **result}
+    write_json_atomic(args.output, result)
+    print(json.dumps(result, indent=2))
+
+
+def _load_npy(path: str) -> np.ndarray:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file")
+    try:
+        data = np.load(p, allow_pickle=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is bad input
+        raise ValueError(f"{p}: not a readable .npy array ({err})") from err
+    if not isinstance(data, np.ndarray):
+        data.close()
+        raise ValueError(f"{p}: expected a single .npy array, got an .npz archive")
+    return data
+
+
+def _cli_score_embeddings(args: argparse.Namespace) -> int:
+    images = _load_npy(args.images)
+    captions = _load_npy(args.captions)
+    index = _load_npy(args.caption_image_index)
+    # Validate with the file names in the messages, then compute.
+    _validate_retrieval_inputs(
+        images, captions, index, names=(args.images, args.captions, args.caption_image_index)
+    )
+    device = resolve_device(args.device, key="--device")
+    metrics = retrieval_metrics(
+        image_embeddings=images,
+        caption_embeddings=captions,
+        caption_image_index=index,
+        device=device,
+        block_size=args.block_size,
+        progress=True,
+    )
+    write_json_atomic(args.output, metrics)
+    return 0
+
+
+def _cli_score_translation(args: argparse.Namespace) -> int:
+    source = _load_npy(args.source)
+    target = _load_npy(args.target)
+    _validate_translation_inputs(source, target, names=(args.source, args.target))
+    device = resolve_device(args.device, key="--device")
+    result = translation_retrieval(
+        source_embeddings=source, target_embeddings=target, device=device, block_size=args.block_size
+    )
+    write_json_atomic(args.output, result)
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help=cli.COMMANDS["evaluate"].summary)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--vocab", required=True)
+    cli.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    cli.add_device(p)
+    cli.add_threads(p, default=1)
+    p.add_argument("--output", required=True, help="metrics.json (written atomically)")
+    p.set_defaults(func=_cli_evaluate)
+
+    p = subparsers.add_parser("score-embeddings", help=cli.COMMANDS["score-embeddings"].summary)
+    p.add_argument("--images", required=True, help="image embeddings, (n_images, d) .npy")
+    p.add_argument("--captions", required=True, help="caption embeddings, (n_captions, d) .npy")
+    p.add_argument("--caption-image-index", required=True,
+                   help="integer .npy of length n_captions: row of each caption's image in --images")
+    p.add_argument("--output", required=True, help="metrics JSON (written atomically)")
+    cli.add_device(p)
+    p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")
+    p.set_defaults(func=_cli_score_embeddings)
+
+    p = subparsers.add_parser("score-translation", help=cli.COMMANDS["score-translation"].summary)
+    p.add_argument("--source", required=True, help="source-language embeddings, (n, d) .npy")
+    p.add_argument("--target", required=True, help="target-language embeddings, (n, d) .npy; row i translates source row i")
+    p.add_argument("--output", required=True, help='JSON {"r1": ...} (written atomically)')
+    cli.add_device(p)
+    p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")
+    p.set_defaults(func=_cli_score_translation)

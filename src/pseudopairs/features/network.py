@@ -1,0 +1,199 @@
+"""The feature network and its input: a torchvision ResNet with ``fc`` removed (weights: seeded random, ImageNet from the torch hub cache only, or a local state dict), image decoding and preprocessing, the forward pass."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+from urllib.parse import urlparse
+
+from pseudopairs.features.settings import FeatureSettings
+from pseudopairs.settings import resolve_device as settings_device
+
+
+
+FEATURE_DIM = 2048
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+
+
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def imagenet_checkpoint_path() -> Path:
+    """Where torch hub caches ``ResNet50_Weights.IMAGENET1K_V1`` (``$TORCH_HOME/hub/checkpoints``)."""
+    import torch
+    from torchvision.models import ResNet50_Weights
+
+    url = ResNet50_Weights.IMAGENET1K_V1.url
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
+
+
+def load_weights(weights: str) -> dict | None:
+    """The state dict named by ``features.weights`` (``None`` for ``none``); never downloads."""
+    import torch
+
+    if weights == "none":
+        return None
+    if weights == "imagenet":
+        path = imagenet_checkpoint_path()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"features.weights: imagenet: ResNet50_Weights.IMAGENET1K_V1 is not in the torch hub "
+                f"cache ({path}); using it would need a download, which this pipeline never does. "
+                f"Fetch it once with network access (torchvision.models.resnet50(weights='IMAGENET1K_V1')), "
+                f"point TORCH_HOME at a cache that holds it, or give a local state dict path instead")
+    else:
+        path = Path(weights)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"features.weights: {weights!r} is neither 'none' nor 'imagenet' nor an existing state dict file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a corrupt or non-tensor pickle
+        raise ValueError(f"features.weights: cannot load state dict {path}: {err}") from err
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"features.weights: {path} is not a state dict (a mapping of names to tensors)")
+    return state
+
+
+def build_model(weights: str = "none", *, seed: int = 0):
+    """torchvision ``resnet50`` with ``fc`` = identity, eval mode, CPU, float32.
+
+    ``weights``: ``none`` (random init after ``torch.manual_seed(seed)``; the global RNG state is
+    restored afterwards), ``imagenet`` (hub cache only) or a state dict path.
+    """
+    import torch
+    from torchvision.models import resnet50
+
+    state = load_weights(weights)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = resnet50(weights=None)
+    model.fc = torch.nn.Identity()
+    if state is not None:
+        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+        try:
+            result = model.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # shape mismatches
+            raise ValueError(f"features.weights: {weights} is not a torchvision resnet50 state dict: "
+                             f"{' '.join(str(err).split())[:500]}") from err
+        problems = []
+        if result.missing_keys:
+            problems.append(f"missing {result.missing_keys[:5]}{' …' if len(result.missing_keys) > 5 else ''}")
+        if result.unexpected_keys:
+            problems.append(f"unexpected {result.unexpected_keys[:5]}"
+                            f"{' …' if len(result.unexpected_keys) > 5 else ''}")
+        if problems:
+            raise ValueError(f"features.weights: {weights} is not a torchvision resnet50 state dict: "
+                             + "; ".join(problems))
+    return model.eval()
+
+
+def resolve_device(name: str):
+    """The torch device of ``features.device`` (:func:`pseudopairs.settings.resolve_device`)."""
+    import torch
+
+    return torch.device(settings_device(name, key="features.device"))
+
+
+def prepare_model(model, device):
+    """Move a model to ``device`` in ``channels_last`` layout, frozen, eval mode."""
+    import torch
+
+    model = model.to(device=device, memory_format=torch.channels_last).eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model
+
+
+def forward_threads(settings: FeatureSettings, device) -> int:
+    """torch intra-op threads for the forward pass: ``features.threads`` when set; otherwise on
+    CPU the cores left after the decoding workers (at least 1, at most torch's current count),
+    so decoding overlaps with the forward instead of preempting its threads; on CUDA unchanged."""
+    import torch
+
+    if settings.threads is not None:
+        return settings.threads
+    current = torch.get_num_threads()
+    if device.type != "cpu" or settings.workers == 0:
+        return current
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(current, cores - settings.workers))
+
+
+def autocast_dtype(device):
+    """Mixed precision used for the forward pass: fp16 on CUDA, none (fp32) on CPU."""
+    import torch
+
+    return torch.float16 if device.type == "cuda" else None
+
+
+def load_image(path: str | os.PathLike, *, resize: int, crop: int):
+    """Decode an image file, RGB-convert, resize the shorter side to ``resize`` (bilinear,
+    antialiased, as torchvision ``Resize``) and centre-crop ``crop``: uint8 tensor (3, crop, crop)."""
+    from PIL import Image
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
+
+    with Image.open(path) as img:
+        img = img.convert("RGB")  # forces a full decode: truncated/corrupt data fails here
+    img = TF.resize(img, [resize], interpolation=InterpolationMode.BILINEAR, antialias=True)
+    img = TF.center_crop(img, [crop, crop])
+    return TF.pil_to_tensor(img)
+
+
+def normalize_batch(batch):
+    """uint8 (B, 3, H, W) -> float32 ImageNet-normalised, exactly ``ToTensor`` + ``Normalize``."""
+    import torch
+
+    mean = torch.tensor(IMAGENET_MEAN, device=batch.device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=batch.device).view(1, 3, 1, 1)
+    return batch.float().div(255).sub(mean).div(std)
+
+
+def forward(model, batch, *, device, amp_dtype=None):
+    """Features of a uint8 image batch: normalise on ``device``, ``channels_last``, forward under
+    autocast (when ``amp_dtype``). Returns a device tensor (B, 2048); the caller moves it."""
+    import torch
+
+    x = batch.to(device, non_blocking=True)
+    x = normalize_batch(x).contiguous(memory_format=torch.channels_last)
+    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        return model(x)
+
+
+class _ImageDataset:
+    """Map-style dataset over selected rows of the image list; never raises on a bad image, it
+    returns the failure so the main process can decide (error or skip)."""
+
+    def __init__(self, paths: Sequence[str], *, resize: int, crop: int) -> None:
+        self.paths = list(paths)
+        self.resize = resize
+        self.crop = crop
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, row: int):
+        path = self.paths[row]
+        try:
+            return row, load_image(path, resize=self.resize, crop=self.crop), None, ""
+        except FileNotFoundError as err:
+            return row, None, "missing", f"file not found: {err}"
+        except Exception as err:  # noqa: BLE001 — any decoding failure means "unreadable image"
+            return row, None, "unreadable", f"{type(err).__name__}: {err}"
+
+
+def _collate(items):
+    import torch
+
+    good = [(row, tensor) for row, tensor, kind, _ in items if kind is None]
+    failures = [(row, kind, reason) for row, _, kind, reason in items if kind is not None]
+    rows = [row for row, _ in good]
+    images = torch.stack([t for _, t in good]) if good else None
+    return rows, images, failures

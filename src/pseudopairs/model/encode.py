@@ -1,0 +1,77 @@
+"""Encoding with a trained model, and the validation score that early stopping follows."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from pseudopairs.data.vocab import Vocabulary
+from pseudopairs.model.batches import CaptionSet, TokenTable
+from pseudopairs.model.encoders import RankingModel
+
+ENCODE_BATCH = 256
+
+
+@torch.no_grad()
+def encode_token_table(model: RankingModel, table: TokenTable, *, batch_size: int = ENCODE_BATCH,
+                       progress: bool = False) -> torch.Tensor:
+    """L2-normalised embeddings (float32, CPU) of every sequence of ``table``, in table order.
+    Sequences are encoded longest first (less padding) and put back in order."""
+    was_training = model.training
+    model.eval()
+    out = torch.empty(len(table), model.joint_dim, dtype=torch.float32)
+    order = np.argsort(-table.lengths, kind="stable")
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc="encode captions", disable=not progress, mininterval=5):
+        idx = order[start:start + batch_size]
+        tokens, lengths = table.batch(idx)
+        out[torch.from_numpy(idx)] = model.encode_captions(tokens, lengths).float().cpu()
+    model.train(was_training)
+    return out
+
+
+def encode_captions_texts(model: RankingModel, vocab: Vocabulary, texts: Sequence[str], *,
+                          batch_size: int = ENCODE_BATCH, progress: bool = False) -> torch.Tensor:
+    """Prepared (space-joined) caption texts → L2-normalised embeddings (float32, CPU)."""
+    return encode_token_table(model, TokenTable.encode(vocab, list(texts)), batch_size=batch_size,
+                              progress=progress)
+
+
+@torch.no_grad()
+def encode_image_features(model: RankingModel, features, *, batch_size: int = 1024) -> torch.Tensor:
+    """Stored image features (numpy or torch, any float dtype) → L2-normalised embeddings
+    (float32, CPU)."""
+    was_training = model.training
+    model.eval()
+    features = torch.as_tensor(np.asarray(features) if not torch.is_tensor(features) else features)
+    chunks = [model.encode_images(features[s:s + batch_size]).float().cpu()
+              for s in range(0, features.shape[0], batch_size)]
+    model.train(was_training)
+    if not chunks:
+        return torch.empty(0, model.joint_dim)
+    return torch.cat(chunks)
+
+
+def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float, dict]:
+    """Score = Σ over the validation languages of rsum (R@1,5,10 in both directions, percent).
+    Each language: all its validation captions against all validation images (every image is a
+    candidate, as in the test evaluation). Returns ``(score, {lang: metrics})``."""
+    from pseudopairs.evaluation import retrieval_metrics
+
+    image_cache: dict[int, torch.Tensor] = {}
+    score = 0.0
+    metrics: dict[str, dict] = {}
+    for caption_set in val_sets:
+        key = id(caption_set.features)
+        if key not in image_cache:
+            image_cache[key] = encode_image_features(model, caption_set.features)
+        result = retrieval_metrics(image_embeddings=image_cache[key],
+                                   caption_embeddings=encode_token_table(model, caption_set.tokens),
+                                   caption_image_index=caption_set.feature_rows)
+        result = {k: float(v) for k, v in result.items()}
+        metrics[caption_set.lang] = result
+        score += result["rsum"]
+    return score, metrics

@@ -1,0 +1,104 @@
+"""The image–sentence ranking model (paper §2, §3.1; DESIGN §1); its loss is in
+:mod:`pseudopairs.model.losses`.
+
+- image side: stored 2048-d ResNet50 features → one trained affine layer → ``joint_dim``;
+- text side: one word-embedding table shared by all languages (PAD = 0) → uni-directional 1-layer
+  GRU with ``joint_dim`` hidden units → final hidden state (of the real, unpadded length);
+- both sides L2-normalised, so dot products are cosine similarities;
+- loss: the VSE++ hinge (Faghri et al.), hardest in-batch negative ("max violation") or sum over
+  all in-batch negatives, both directions, summed over the batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from pseudopairs.data.vocab import PAD_ID
+from pseudopairs.model.settings import IMAGE_NORMALIZATIONS
+
+
+
+class RankingModel(nn.Module):
+    """Image encoder (affine) and caption encoder (embedding → GRU), both L2-normalised."""
+
+    def __init__(self, vocab_size: int, *, embedding_dim: int, joint_dim: int,
+                 image_dim: int = 2048, image_normalization: str = "raw") -> None:
+        super().__init__()
+        for key, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
+                           ("joint_dim", joint_dim), ("image_dim", image_dim)):
+            if int(value) < 1:
+                raise ValueError(f"RankingModel: {key} must be ≥ 1, got {value}")
+        self.vocab_size = int(vocab_size)
+        self.embedding_dim = int(embedding_dim)
+        self.joint_dim = int(joint_dim)
+        self.image_dim = int(image_dim)
+        if image_normalization not in IMAGE_NORMALIZATIONS:
+            raise ValueError(f"RankingModel: image_normalization must be one of "
+                             f"{list(IMAGE_NORMALIZATIONS)}, got {image_normalization!r}")
+        self.image_normalization = image_normalization
+        self.image_projection = nn.Linear(self.image_dim, self.joint_dim)
+        # Fixed per-dimension standardisation of the stored features (identity by default). An
+        # affine layer after a fixed affine map is still one affine map, so this changes the
+        # conditioning of the optimisation, not the model class (see set_image_standardization).
+        self.register_buffer("image_mean", torch.zeros(self.image_dim))
+        self.register_buffer("image_scale", torch.ones(self.image_dim))
+        self.embedding = nn.Embedding(self.vocab_size, self.embedding_dim, padding_idx=PAD_ID)
+        self.gru = nn.GRU(self.embedding_dim, self.joint_dim, num_layers=1, batch_first=True)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Deterministic from torch's global RNG: Xavier-uniform image projection with zero bias,
+        word embeddings uniform in ±0.1 (PAD row zero), PyTorch's default GRU initialisation."""
+        bound = math.sqrt(6.0) / math.sqrt(self.image_dim + self.joint_dim)
+        with torch.no_grad():
+            self.image_projection.weight.uniform_(-bound, bound)
+            self.image_projection.bias.zero_()
+            self.embedding.weight.uniform_(-0.1, 0.1)
+            self.embedding.weight[PAD_ID].zero_()
+        self.gru.reset_parameters()
+
+    @property
+    def device(self) -> torch.device:
+        return self.image_projection.weight.device
+
+    def config(self) -> dict:
+        return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
+                "joint_dim": self.joint_dim, "image_dim": self.image_dim,
+                "image_normalization": self.image_normalization}
+
+    def set_image_standardization(self, *, mean, std) -> None:
+        """Standardise image features as ``(x - mean) / std`` before the affine layer; dimensions
+        with (near) zero spread keep scale 1. Features from a randomly initialised ResNet share a
+        large common component (cosine ≈ 0.998 between any two images), which makes the
+        max-violation loss collapse to equal embeddings; standardising removes it."""
+        mean = torch.as_tensor(mean, dtype=torch.float32).reshape(self.image_dim)
+        std = torch.as_tensor(std, dtype=torch.float32).reshape(self.image_dim)
+        with torch.no_grad():
+            self.image_mean.copy_(mean)
+            self.image_scale.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def encode_images(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, image_dim) stored features (any float dtype) → (B, joint_dim) unit rows."""
+        features = features.to(device=self.device, dtype=self.image_projection.weight.dtype)
+        if self.image_normalization == "l2":
+            features = F.normalize(features, dim=1)
+        # identity unless set_image_standardization was called (image_normalization: standardize)
+        features = (features - self.image_mean) / self.image_scale
+        return F.normalize(self.image_projection(features), dim=1)
+
+    def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, T) padded token ids and (B,) real lengths (each ≥ 1) → (B, joint_dim) unit rows:
+        the GRU's hidden state after the last real token."""
+        lengths = torch.as_tensor(lengths, dtype=torch.int64).cpu()
+        if tokens.ndim != 2 or lengths.shape != (tokens.shape[0],):
+            raise ValueError(f"encode_captions: tokens {tuple(tokens.shape)} and lengths "
+                             f"{tuple(lengths.shape)} do not match")
+        embedded = self.embedding(tokens.to(self.device))
+        packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
+        _, hidden = self.gru(packed)          # (1, B, joint_dim), back in the input order
+        return F.normalize(hidden[-1], dim=1)

@@ -1,0 +1,77 @@
+"""Settings of a training run: the config's ``training`` and ``model`` sections (checked here
+without importing torch, so the workflow's config checks stay fast)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pseudopairs.model.objectives import OBJECTIVES
+from pseudopairs.settings import Settings, SettingsError, setting
+from pseudopairs.similarity.functions import SIMILARITIES
+
+# How stored image features enter the affine layer: as they are (``raw``), L2-normalised per
+# image (``l2``, what the authors' code does), or standardised per dimension with the training
+# images' mean and standard deviation (``standardize``, the demo's random-weight features).
+IMAGE_NORMALIZATIONS = ("raw", "l2", "standardize")
+
+
+@dataclass(frozen=True)
+class TrainingSettings(Settings):
+    """The config's ``training`` section (an experiment may override entries)."""
+
+    SECTION = "training"
+
+    batch_size: int = setting(kind=int, low=2, doc="items per batch (paper: 128)")
+    learning_rate: float = setting(kind=float, low=0, low_open=True, doc="Adam, no decay (paper: 2e-4)")
+    grad_clip: float = setting(kind=float, low=0, doc="gradient-norm clip; 0 = none (paper: 2)")
+    margin: float = setting(kind=float, low=0, doc="hinge margin (paper: 0.2)")
+    max_violation: bool = setting(kind=bool, doc="hardest negative (paper) or the sum over negatives")
+    c2c_probability: float = setting(kind=float, low=0, high=1, doc="p of a c2c update (paper: 0.5)")
+    validate_every: int = setting(kind=int, low=1, doc="updates between validations (paper: 500)")
+    patience: int = setting(kind=int, low=1, doc="validations without improvement before stopping (paper: 10)")
+    max_updates: int = setting(kind=int, low=1, doc="a guard: no run should reach it")
+    c2c_warmup: float | None = setting(None, kind=float, low=0, high=1, low_open=True, optional=True,
+                                       doc="c2c only once the c2i loss < this × the collapsed plateau")
+    objective: str = setting("sampled", kind=str, doc="a registered training objective")
+    similarity: str = setting("cosine", kind=str, doc="a registered similarity function")
+    device: str = setting("auto", kind=str, doc="auto | cpu | cuda | cuda:N")
+    threads: int = setting(1, kind=int, low=0, doc="torch CPU threads (0: torch's default)")
+
+    def check(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise self.bad("objective", f"must be one of {OBJECTIVES.names()}")
+        if self.similarity not in SIMILARITIES:
+            raise self.bad("similarity", f"must be one of {SIMILARITIES.names()}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise self.bad("device", "must be auto, cpu, cuda or cuda:N")
+
+
+@dataclass(frozen=True)
+class ModelSettings(Settings):
+    """The config's ``model`` section."""
+
+    SECTION = "model"
+
+    embedding_dim: int = setting(kind=int, low=1, doc="word embeddings (paper: 300)")
+    joint_dim: int = setting(kind=int, low=1, doc="GRU hidden size = joint space (paper: 1024)")
+    image_normalization: str = setting(kind=str, choices=IMAGE_NORMALIZATIONS,
+                                       doc="how stored image features enter the affine layer")
+
+
+def check_settings(settings: dict) -> dict:
+    """Validate the merged ``training`` + ``model`` settings of a job (each key checked by its
+    section's settings class, errors naming ``training.KEY`` or ``model.KEY``); returns the
+    normalised merged dict, every setting present."""
+    if not isinstance(settings, dict):
+        raise SettingsError(f"training settings must be a JSON object, got {type(settings).__name__}")
+    model_keys = set(ModelSettings.__dataclass_fields__)
+    model = ModelSettings.from_dict({k: v for k, v in settings.items() if k in model_keys})
+    training = TrainingSettings.from_dict({k: v for k, v in settings.items() if k not in model_keys})
+    return {**training.to_dict(), **model.to_dict()}
+
+
+def plateau_loss(*, batch_size: int, margin: float, max_violation: bool) -> float:
+    """The loss of one batch when every embedding is the same (every hinge equals the margin):
+    what training sits at while it has not left the collapsed start."""
+    negatives = 1 if max_violation else batch_size - 1
+    return 2.0 * batch_size * negatives * margin

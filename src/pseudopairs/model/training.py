@@ -1,0 +1,386 @@
+"""Multi-task training of the ranking model (paper §2, §3.1; DESIGN §1) — the ``train`` step.
+
+Each update runs the run's training objective (:mod:`pseudopairs.model.objectives`; ``sampled``:
+draw a task — c2c with probability ``c2c_probability`` when the experiment has c2c data sets,
+else c2i — a data set of that task uniformly, and the next batch of its stream), then one Adam
+step on the VSE++ loss with gradient-norm clipping. Every ``validate_every`` updates (and at the
+last update) the model is scored on the validation split: the sum over ``validation.langs`` of
+R@1+R@5+R@10 in both directions. Training stops after ``patience`` validations without
+improvement or at ``max_updates``; the best model is kept. The training log says which ended it.
+
+c2c warm-up (``training.c2c_warmup``, off by default): the authors' code switches the c2c task on
+only once the c2i loss has left the collapsed plateau — the loss of a model whose embeddings are
+all equal, where every hinge is the margin: ``2·B·margin`` per batch for max-violation and
+``2·B·(B−1)·margin`` for the sum over negatives (B = batch size). With ``c2c_warmup: f``, c2c is
+drawn only after the mean of the last :data:`WARMUP_WINDOW` c2i losses falls below ``f`` × that
+plateau (the authors' threshold 49 at batch 128, margin 0.2 is f ≈ 0.96), and stays on.
+
+Files in ``out_dir``:
+- ``checkpoint.pt`` — best weights + model dimensions + spec + settings + best score and its
+  validation metrics; read it back with :func:`pseudopairs.model.checkpoints.load_model`;
+- ``vocab.json`` — the run's vocabulary (:func:`pseudopairs.model.inputs.run_vocabulary`: built
+  from the run's own training captions, or the fine-tuning source's), which evaluation and mining read;
+- ``train_log.csv`` — ``update, task, dataset, loss, val_score`` (one row per update;
+  ``val_score`` filled at validation updates).
+These three (the rule's outputs) are written atomically once training has FINISHED, checkpoint
+first, the log last, so a killed job never leaves files that look complete. While it runs:
+- ``last.pt`` — the full training state at the last validation (model, optimizer, stream and
+  sampler states, RNG states, counters, log rows, best weights so far), keyed on the run's spec,
+  settings and the size and mtime of every input file. A killed run started again with the same
+  arguments and unchanged inputs resumes from it and ends with the same weights and log as an
+  uninterrupted run (on the CPU); anything else starts afresh. ``load_model`` also reads the best
+  weights out of it.
+- ``train_log.partial.csv`` — the log so far, rewritten at every validation (for watching a run).
+Both are removed once the run has finished and the two final files exist.
+
+A non-finite loss stops training with a RuntimeError naming the update, task and data set; the
+``last.pt`` of the last validation (the last good state, with the best weights so far) and the
+partial log are kept as they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from pseudopairs import cli
+from pseudopairs.io import write_json_atomic, write_text_atomic
+from pseudopairs.model.batches import BatchStream, C2CData, C2IData, TaskSampler
+from pseudopairs.model.checkpoints import (CHECKPOINT_FORMAT, STATE_FORMAT, cpu_state, load_model,
+                                           rng_states, save_atomic, seed_everything, set_rng_states)
+from pseudopairs.model.encode import validate
+from pseudopairs.model.encoders import RankingModel
+from pseudopairs.model.inputs import (check_spec, input_stamps, load_data, run_vocabulary,
+                                      training_image_statistics)
+from pseudopairs.model.objectives import OBJECTIVES
+from pseudopairs.model.settings import check_settings, plateau_loss
+from pseudopairs.settings import resolve_device
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+TRAIN_LOG = "train_log.csv"
+VOCAB = "vocab.json"
+LAST = "last.pt"
+PARTIAL_LOG = "train_log.partial.csv"
+LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
+# Losses stay on the device and are read back (one synchronisation) every this many updates and
+# at every validation; a non-finite one is reported with its own update number.
+LOSS_READBACK_EVERY = 50
+# c2i losses averaged by the c2c warm-up (the authors' code logs and averages every 10 updates).
+WARMUP_WINDOW = 10
+# Settings that do not change the result of a (CPU) run, so a resumed run may differ in them.
+_RUN_NEUTRAL_SETTINGS = ("device", "threads")
+
+
+# --------------------------------------------------------------------------------------------
+# The trainer: model, optimiser, batch streams, task sampler
+# --------------------------------------------------------------------------------------------
+
+
+def _stream_seed(seed: int, key: str) -> np.random.Generator:
+    """A generator for one stream, from the run seed and the stream's name (order-independent)."""
+    return np.random.default_rng([int(seed), zlib.crc32(key.encode("utf-8"))])
+
+
+class Trainer:
+    """The model, its optimizer, one batch stream per data set and the task sampler; :meth:`step`
+    is the whole per-update work of the run's objective."""
+
+    def __init__(self, model: RankingModel, *, c2i: Sequence[C2IData], c2c: Sequence[C2CData],
+                 settings: dict, seed: int, device: torch.device | str) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.settings = settings
+        self.objective = OBJECTIVES.get(settings.get("objective", "sampled")).step_function()
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
+        self.data: dict[tuple[str, str], C2IData | C2CData] = {}
+        self.streams: dict[tuple[str, str], BatchStream] = {}
+        for dataset in [*c2i, *c2c]:
+            key = (dataset.task, dataset.name)
+            if len(dataset) < 2:
+                raise ValueError(f"data set {dataset.name}: {len(dataset)} item(s); a contrastive "
+                                 "batch needs at least 2")
+            self.data[key] = dataset
+            self.streams[key] = BatchStream(len(dataset), settings["batch_size"],
+                                            rng=_stream_seed(seed, f"{dataset.task}:{dataset.name}"))
+        self.sampler = TaskSampler(c2i=[d.name for d in c2i], c2c=[d.name for d in c2c],
+                                   c2c_probability=settings["c2c_probability"],
+                                   rng=_stream_seed(seed, "task-sampler"))
+        warmup = settings.get("c2c_warmup")
+        self.c2c_enabled = not (warmup and c2c)
+        self.warmup_threshold = None if self.c2c_enabled else warmup * plateau_loss(
+            batch_size=settings["batch_size"], margin=settings["margin"],
+            max_violation=settings["max_violation"])
+        self.recent_c2i: deque = deque(maxlen=WARMUP_WINDOW)
+
+    def step(self) -> tuple[str, str, torch.Tensor]:
+        task, name, loss = self.objective(self)
+        if not self.c2c_enabled and task == "c2i":
+            self.recent_c2i.append(float(loss))
+            if (len(self.recent_c2i) == WARMUP_WINDOW
+                    and sum(self.recent_c2i) / WARMUP_WINDOW < self.warmup_threshold):
+                self.c2c_enabled = True
+        return task, name, loss
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(),
+                "streams": {f"{t}:{n}": s.state_dict() for (t, n), s in self.streams.items()},
+                "c2c_enabled": self.c2c_enabled, "recent_c2i": list(self.recent_c2i)}
+
+    def load_state_dict(self, state: dict) -> None:
+        streams = state["streams"]
+        expected = {f"{t}:{n}" for t, n in self.streams}
+        if set(streams) != expected:
+            raise ValueError(f"saved streams {sorted(streams)} differ from {sorted(expected)}")
+        for (task, name), stream in self.streams.items():
+            stream.load_state_dict(streams[f"{task}:{name}"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.c2c_enabled = bool(state.get("c2c_enabled", self.c2c_enabled))
+        self.recent_c2i = deque(state.get("recent_c2i", []), maxlen=WARMUP_WINDOW)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Progress:
+    update: int = 0
+    best_score: float = -math.inf
+    best_update: int = 0
+    best_metrics: dict = field(default_factory=dict)
+    bad_validations: int = 0
+    finished: bool = False
+    stop_reason: str = ""
+    rows: list = field(default_factory=list)          # [update, task, dataset, loss, val_score]
+    validations: list = field(default_factory=list)   # {"update", "score", "metrics"}
+    best_state: dict | None = None
+    c2c_from: int | None = None                        # update at which the c2c warm-up ended
+
+
+def _write_log(path: Path, rows: list) -> None:
+    frame = pd.DataFrame(rows, columns=LOG_COLUMNS)
+    frame["val_score"] = frame["val_score"].astype("float64")
+    write_text_atomic(path, frame.to_csv(index=False))
+
+
+def _build_model(spec: dict, settings: dict, *, n_words: int, image_dim: int, c2i) -> RankingModel:
+    model = RankingModel(n_words, embedding_dim=settings["embedding_dim"],
+                         joint_dim=settings["joint_dim"], image_dim=image_dim,
+                         image_normalization=settings["image_normalization"])
+    if settings["image_normalization"] == "standardize":
+        mean, std = training_image_statistics(c2i)
+        model.set_image_standardization(mean=mean, std=std)
+    if spec["init_from"]:
+        source, meta = load_model(spec["init_from"])
+        if source.config() != model.config():
+            raise ValueError(f"spec: init_from {spec['init_from']} has dims {source.config()}, "
+                             f"this run needs {model.config()}")
+        model.load_state_dict(source.state_dict())
+        log.info("fine-tuning from %s (update %s, score %.2f)", spec["init_from"],
+                 meta.get("update"), meta.get("best_score", float("nan")))
+    return model
+
+
+class _Run:
+    """One training run: set up (or resume), the update loop with validations, the outputs."""
+
+    def __init__(self, *, spec: dict, settings: dict, out_dir, seed: int) -> None:
+        self.spec = spec = check_spec(spec)
+        self.settings = settings = check_settings(settings)
+        self.seed = seed = int(seed)
+        self.out_dir = out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if settings["threads"] > 0:
+            torch.set_num_threads(settings["threads"])
+        device = torch.device(resolve_device(settings["device"], key="training.device"))
+        self.vocab = vocab = run_vocabulary(spec)
+        c2i, c2c, self.val_sets, image_dim = load_data(spec, vocab)
+        if c2c and settings["c2c_probability"] == 0:
+            log.warning("%s: c2c data sets given but c2c_probability is 0; they are never used",
+                        spec["experiment"])
+        seed_everything(seed)
+        self.model = _build_model(spec, settings, n_words=len(vocab), image_dim=image_dim, c2i=c2i)
+        self.model.to(device)
+        self.trainer = Trainer(self.model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
+        self.run_key = {"spec": spec, "seed": seed, "vocab_size": len(vocab),
+                        "settings": {k: v for k, v in settings.items() if k not in _RUN_NEUTRAL_SETTINGS},
+                        "inputs": input_stamps(spec)}
+        self.progress = _Progress()
+        self.last_path, self.ckpt_path = out_dir / LAST, out_dir / CHECKPOINT
+        self.log_path, self.vocab_path = out_dir / TRAIN_LOG, out_dir / VOCAB
+        self.partial_log_path = out_dir / PARTIAL_LOG
+        self.pending: list[tuple[int, str, str, torch.Tensor]] = []
+
+    def resume(self) -> None:
+        """Continue from ``last.pt`` when it was written for this very run; drop stale files."""
+        last_path = self.last_path
+        if last_path.exists():
+            try:
+                state = torch.load(last_path, map_location="cpu", weights_only=True)
+            except Exception as err:  # noqa: BLE001 — a damaged resume state is recomputed, not fatal
+                log.warning("%s is unreadable (%s: %s); starting afresh", last_path, type(err).__name__, err)
+                state = {}
+            if isinstance(state, dict) and state.get("format") == STATE_FORMAT and state.get("run_key") == self.run_key:
+                self.model.load_state_dict(state["model"])
+                self.trainer.load_state_dict(state["trainer"])
+                set_rng_states(state["rng"])
+                self.progress = _Progress(**state["progress"])
+                log.info("resuming %s seed %d from %s at update %d", self.spec["experiment"], self.seed,
+                         last_path, self.progress.update)
+            else:
+                log.warning("%s was written for other inputs or settings; starting afresh", last_path)
+                last_path.unlink()
+        # The final files are written when training finishes; any present now are from another run.
+        stale = (self.ckpt_path, self.vocab_path, self.log_path)
+        for path in stale + (() if last_path.exists() else (self.partial_log_path,)):
+            path.unlink(missing_ok=True)
+
+    def save_state(self) -> None:
+        save_atomic(self.last_path, {
+            "format": STATE_FORMAT, "run_key": self.run_key, "model_config": self.model.config(),
+            "model": cpu_state(self.model), "trainer": self.trainer.state_dict(),
+            "rng": rng_states(), "progress": self.progress.__dict__})
+
+    def stop_non_finite(self, what: str) -> None:
+        p = self.progress
+        kept = (f"the state of the last validation (update {p.validations[-1]['update']}; "
+                f"best weights so far from update {p.best_update}, score {p.best_score:.2f}) is "
+                f"kept in {self.last_path} (pseudopairs.model.checkpoints.load_model reads it); "
+                "rerunning with the same settings resumes from it and meets the same failure, so "
+                "change them (e.g. a lower learning_rate) to start afresh"
+                if p.validations else
+                "no validation had been reached, so no checkpoint was written")
+        raise RuntimeError(f"{self.spec['experiment']} seed {self.seed}: {what}; training stopped; {kept}")
+
+    def read_losses(self) -> None:
+        values = torch.stack([p[3] for p in self.pending]).float().cpu().tolist()
+        for (update, task, name, _), value in zip(self.pending, values):
+            if not math.isfinite(value):
+                self.stop_non_finite(f"non-finite training loss ({value}) at update {update} "
+                                     f"(task {task}, data set {name})")
+            self.progress.rows.append([update, task, name, value, None])
+        self.pending.clear()
+
+    def validation(self) -> None:
+        """Score the model, keep it if best, decide whether to stop; save the resumable state."""
+        p, settings = self.progress, self.settings
+        bad = [k for k, v in self.model.named_parameters() if not bool(torch.isfinite(v).all())]
+        if bad:
+            self.stop_non_finite(f"non-finite weights ({', '.join(bad)}) after update {p.update}")
+        score, metrics = validate(self.model, self.val_sets)
+        p.rows[-1][4] = float(score)
+        p.validations.append({"update": p.update, "score": float(score), "metrics": metrics})
+        if score > p.best_score:
+            p.best_score, p.best_update = float(score), p.update
+            p.best_metrics, p.best_state = metrics, cpu_state(self.model)
+            p.bad_validations = 0
+        else:
+            p.bad_validations += 1
+        if p.bad_validations >= settings["patience"]:
+            p.finished, p.stop_reason = True, f"early stopping: no improvement in {settings['patience']} validations"
+        elif p.update >= settings["max_updates"]:
+            p.finished, p.stop_reason = True, f"reached max_updates={settings['max_updates']} (still improving: raise it)"
+        log.info("%s update %d: validation score %.2f (best %.2f at update %d)%s",
+                 self.spec["experiment"], p.update, score, p.best_score, p.best_update,
+                 f"; stopping: {p.stop_reason}" if p.finished else "")
+        _write_log(self.partial_log_path, p.rows)
+        self.save_state()
+
+    def loop(self) -> None:
+        p, settings = self.progress, self.settings
+        max_updates, every = settings["max_updates"], settings["validate_every"]
+        bar = tqdm(total=max_updates, initial=p.update, desc=f"train {self.spec['experiment']}",
+                   mininterval=10, unit="upd")
+        while not p.finished:
+            was_enabled = self.trainer.c2c_enabled
+            task, name, loss = self.trainer.step()
+            p.update += 1
+            if self.trainer.c2c_enabled and not was_enabled:
+                p.c2c_from = p.update
+                log.info("%s update %d: c2i loss left the collapsed plateau; c2c switched on",
+                         self.spec["experiment"], p.update)
+            bar.update(1)
+            self.pending.append((p.update, task, name, loss))
+            at_validation = p.update % every == 0 or p.update >= max_updates
+            if at_validation or len(self.pending) >= LOSS_READBACK_EVERY:
+                self.read_losses()
+            if at_validation:
+                self.validation()
+                bar.set_postfix(best=f"{p.best_score:.1f}", refresh=False)
+        bar.close()
+
+    def finish(self) -> dict:
+        """Write the outputs (checkpoint first, the log last), then drop the resumable state."""
+        p = self.progress
+        save_atomic(self.ckpt_path, {
+            "format": CHECKPOINT_FORMAT, "model_state": p.best_state, **self.model.config(),
+            "spec": self.spec, "settings": self.settings, "seed": self.seed,
+            "best_score": p.best_score, "val_score": p.best_score, "update": p.best_update,
+            "val_metrics": p.best_metrics, "stop_reason": p.stop_reason, "updates": p.update,
+            "c2c_from": p.c2c_from})
+        write_json_atomic(self.vocab_path, self.vocab.to_json())
+        _write_log(self.log_path, p.rows)
+        self.last_path.unlink(missing_ok=True)
+        self.partial_log_path.unlink(missing_ok=True)
+        return {"experiment": self.spec["experiment"], "seed": self.seed, "best_score": p.best_score,
+                "val_score": p.best_score, "best_update": p.best_update, "updates": p.update,
+                "stop_reason": p.stop_reason, "val_metrics": p.best_metrics, "c2c_from": p.c2c_from}
+
+
+def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
+    """Train one experiment for one seed; see the module docstring for the files written.
+
+    ``spec``: ``{"experiment": str, "c2i": [{"name", "captions", "features", "lang"}, ...],
+    "c2c": [{"name", "a": {...}, "b": {...}}, ...], "validation": {"captions", "features",
+    "langs": [...]}, "vocab": {"min_count": N} | {"path": vocabulary JSON}, "init_from": null |
+    checkpoint path}`` (``init_from``: start from that model's best weights with a fresh
+    optimizer; see :func:`pseudopairs.model.inputs.run_vocabulary` for ``vocab``). ``settings``:
+    the ``training`` and ``model`` sections merged (:class:`pseudopairs.model.settings.TrainingSettings`,
+    :class:`pseudopairs.model.settings.ModelSettings`). Returns a summary (best score and update, updates run, stop reason,
+    per-language metrics).
+    """
+    run = _Run(spec=spec, settings=settings, out_dir=out_dir, seed=seed)
+    run.resume()
+    run.loop()
+    return run.finish()
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def _cli_train(args: argparse.Namespace) -> None:
+    settings = dict(args.settings)
+    if args.threads is not None:  # the cores the scheduler granted (Snakemake's {threads})
+        settings["threads"] = args.threads
+    summary = train(spec=args.spec, settings=settings, out_dir=args.out_dir, seed=args.seed)
+    print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
+          f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
+          f"({summary['stop_reason']}) -> {Path(args.out_dir) / CHECKPOINT}")
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("train", help=cli.COMMANDS["train"].summary)
+    cli.add_json(p, "--spec", "resolved experiment inputs (experiments.training_spec)")
+    cli.add_json(p, "--settings", "the config's training section merged with model")
+    p.add_argument("--out-dir", required=True,
+                   help="model directory (checkpoint.pt, vocab.json, train_log.csv)")
+    p.add_argument("--seed", type=int, required=True)
+    cli.add_threads(p)
+    p.set_defaults(func=_cli_train)

@@ -1,0 +1,3 @@
+"""The report stage: the paper's tables (:mod:`~pseudopairs.report.tables`), Figure 1 and the
+training curves (:mod:`~pseudopairs.report.figures`), the §7.2 statistics step and its plots
+(:mod:`~pseudopairs.report.statistics`, :mod:`~pseudopairs.report.plots`)."""

@@ -1,0 +1,254 @@
+"""The paper's tables from per-model ``metrics.json`` files: mean, standard deviation (sample,
+ddof=1; empty for one seed) and n over seeds, with the published numbers beside ours.
+
+Retrieval tables report, per language, R@1 I→T, R@1 T→I and Sum (R@1+R@5+R@10, both directions);
+``sum_sum: true`` adds Sum(Sum) over the table's languages. Translation tables (Table 7) report
+R@1 of the true translation in both directions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from statistics import mean, stdev
+
+import numpy as np
+import pandas as pd
+
+from pseudopairs import cli
+from pseudopairs.io import atomic_path, reading, write_text_atomic
+
+RETRIEVAL_COLUMNS = ("i2t_r1", "t2i_r1", "rsum")  # the paper's three numbers per language
+
+
+def summarise(values: list[float]) -> tuple[float, float, int]:
+    """(mean, sample standard deviation or NaN for a single value, n)."""
+    if not values:
+        return math.nan, math.nan, 0
+    return mean(values), (stdev(values) if len(values) > 1 else math.nan), len(values)
+
+
+def _put(record: dict, name: str, values: list[float]) -> None:
+    m, s, _ = summarise(values)
+    record[f"{name}_mean"] = m
+    record[f"{name}_std"] = s
+
+
+def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
+    """``metrics[experiment]`` = the metrics.json contents of its seeds."""
+    langs = spec["langs"]
+    records = []
+    for row in spec["rows"]:
+        runs = metrics.get(row.get("experiment"), [])
+        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs),
+                  "beyond_paper": bool(row.get("beyond_paper", False))}
+        for lang in langs:
+            for column in RETRIEVAL_COLUMNS:
+                _put(record, f"{lang}_{column}", [run["retrieval"][lang][column] for run in runs])
+        if spec.get("sum_sum"):
+            _put(record, "sum_sum", [sum(run["retrieval"][lang]["rsum"] for lang in langs) for run in runs])
+        paper = row.get("paper", {})
+        for lang in langs:
+            for column, value in zip(RETRIEVAL_COLUMNS, paper.get(lang, [math.nan] * 3)):
+                record[f"paper_{lang}_{column}"] = value
+        if spec.get("sum_sum"):
+            record["paper_sum_sum"] = paper.get("sum_sum", math.nan)
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def translation_directions(spec: dict, metrics: dict[str, list[dict]]) -> list[str]:
+    """The table's directions (``en2de``, ...): in the order the rows' ``paper`` entries name them,
+    then any other direction a run reports; every row gets the same columns."""
+    named = [d for row in spec["rows"] for d in row.get("paper", {})]
+    measured = [d for runs in metrics.values() for run in runs for d in run["translation"]]
+    return list(dict.fromkeys(named + measured))
+
+
+def translation_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
+    directions = translation_directions(spec, metrics)
+    records = []
+    for row in spec["rows"]:
+        runs = metrics.get(row.get("experiment"), [])
+        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs)}
+        for direction in directions:
+            values = [run["translation"][direction] for run in runs if direction in run["translation"]]
+            if values and len(values) != len(runs):
+                raise ValueError(f"table row {row['label']!r}: some seeds of experiment "
+                                 f"{row.get('experiment')!r} lack translation direction {direction!r}")
+            _put(record, f"{direction}_r1", values)
+        for direction in directions:
+            record[f"paper_{direction}"] = row.get("paper", {}).get(direction, math.nan)
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def load_metrics(spec: dict) -> dict[str, list[dict]]:
+    """Read the ``metrics.json`` files the rule passes in ``spec["metrics"]`` (experiment → seed
+    → path, made by :func:`pseudopairs.experiments.table_spec`), for every experiment a row
+    names; a missing file is an error."""
+    metrics: dict[str, list[dict]] = {}
+    for row in spec["rows"]:
+        name = row.get("experiment")
+        if not name or name in metrics:
+            continue
+        if name not in spec["metrics"]:
+            raise ValueError(f"table spec: no metrics files given for experiment {name!r}")
+        runs = []
+        for seed, path in spec["metrics"][name].items():
+            path = Path(path)
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: metrics of experiment {name!r} seed {seed} are missing")
+            with reading(path, "a metrics.json file", fix="delete it and rerun its evaluate job"):
+                runs.append(json.loads(path.read_text(encoding="utf-8")))
+        metrics[name] = runs
+    return metrics
+
+
+def build_table(spec: dict) -> pd.DataFrame:
+    metrics = load_metrics(spec)
+    if spec["kind"] == "translation":
+        return translation_table(spec, metrics)
+    return retrieval_table(spec, metrics)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.1f}"
+    return str(value)
+
+
+def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
+    """One table as Markdown: ours as "mean ± std", the paper's number in brackets."""
+    if spec["kind"] == "translation":
+        keys = [c[: -len("_r1_mean")] for c in frame.columns if c.endswith("_r1_mean")]
+        header = ["", *[f"{k.replace('2', '→').upper()} R@1" for k in keys], "n"]
+        cells = [[row["row"], *[_cell(row, f"{k}_r1", f"paper_{k}") for k in keys], str(row["n"])]
+                 for _, row in frame.iterrows()]
+    else:
+        langs = spec["langs"]
+        header = [""]
+        for lang in langs:
+            header += [f"{lang} I→T R@1", f"{lang} T→I R@1", f"{lang} Sum"]
+        if spec.get("sum_sum"):
+            header.append("Sum(Sum)")
+        header.append("n")
+        cells = []
+        for _, row in frame.iterrows():
+            line = [_label(row)]
+            for lang in langs:
+                line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in RETRIEVAL_COLUMNS]
+            if spec.get("sum_sum"):
+                line.append(_cell(row, "sum_sum", "paper_sum_sum"))
+            line.append(str(row["n"]))
+            cells.append(line)
+    lines = [f"## {spec['title']}", "", "| " + " | ".join(header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(line) + " |" for line in cells]
+    if "beyond_paper" in frame.columns and frame["beyond_paper"].astype(bool).any():
+        lines += ["", "† beyond the paper: rows the paper does not report."]
+    return "\n".join(lines) + "\n"
+
+
+def _label(row) -> str:
+    beyond = row.get("beyond_paper", False)
+    return f"{row['row']} †" if isinstance(beyond, (bool, np.bool_)) and beyond else str(row["row"])
+
+
+def _cell(row, ours: str, paper: str) -> str:
+    m, s = row.get(f"{ours}_mean", math.nan), row.get(f"{ours}_std", math.nan)
+    text = _fmt(m) if not pd.isna(m) else "–"
+    if not pd.isna(s):
+        text += f" ± {_fmt(s)}"
+    ref = row.get(paper, math.nan)
+    if not pd.isna(ref):
+        text += f" [{_fmt(float(ref))}]"
+    return text
+
+
+def _cli_table(args: argparse.Namespace) -> None:
+    spec = args.spec
+    frame = build_table(spec)
+    with atomic_path(args.output) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.4f")
+    print(markdown_table(args.name, spec, frame))
+
+
+def _cli_markdown(args: argparse.Namespace) -> None:
+    specs = args.specs
+    parts = ["# Results\n",
+             "Ours: mean ± standard deviation over seeds (n = number of seeds); the paper's "
+             "published number in [brackets].\n"]
+    for path in args.tables:
+        name = Path(path).stem
+        parts.append(markdown_table(name, specs[name], pd.read_csv(path)))
+    if args.pseudopair_stats:
+        parts.append(markdown_pseudopair_stats(pd.read_csv(args.pseudopair_stats, keep_default_na=False,
+                                                           na_values=[""])))
+    write_text_atomic(args.output, "\n".join(parts))
+
+
+# Columns of the §7.2 summary: statistic -> heading (shares in percent)
+STATS_HEADINGS = {"used_share": "captions used %", "used_share_text": "caption texts used % (paper's count)",
+                  "used_share_unique": "unique texts used %", "top_share": "top-N share %",
+                  "top_share_text": "top-N texts share %", "gini": "Gini", "skewness": "skewness",
+                  "robin_hood": "Robin Hood", "jaccard_seeds": "Jaccard across seeds",
+                  "agreement_seeds": "per-image agreement across seeds"}
+_PERCENT = {"used_share", "used_share_text", "used_share_unique", "top_share", "top_share_text"}
+
+
+def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
+    """§7.2 statistics (results/pseudopair_stats.csv) as Markdown: one row per pseudopair set,
+    mean ± sd over seeds (or seed pairs), the paper's figure in [brackets]; then the comparisons
+    between sets."""
+    def cell(values: pd.Series, paper, statistic: str) -> str:
+        scale = 100.0 if statistic in _PERCENT else 1.0
+        m, sd, _ = summarise([float(v) * scale for v in values if not pd.isna(v)])
+        digits = 1 if scale == 100.0 else 2
+        text = "–" if math.isnan(m) else f"{m:.{digits}f}"
+        if not math.isnan(sd):
+            text += f" ± {sd:.{digits}f}"
+        if paper is not None and not pd.isna(paper):
+            text += f" [{float(paper) * scale:.{digits}f}]"
+        return text
+
+    own = frame[frame["compared_with"].isna() | (frame["compared_with"] == "")]
+    header = ["pseudopair set", "criterion", *STATS_HEADINGS.values()]
+    lines = ["## §7.2: statistics of the pseudopair sets", "",
+             "Mean ± sd over seeds (Jaccard and agreement: over pairs of seeds); the paper's figure "
+             "in [brackets]. Shares of the database (German training) captions.", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for name, group in own.groupby("pseudopairs", sort=False):
+        line = [name, str(group["criterion"].iloc[0])]
+        for statistic in STATS_HEADINGS:
+            rows = group[group["statistic"] == statistic]
+            line.append(cell(rows["value"], rows["paper"].iloc[0] if len(rows) else None, statistic)
+                        if len(rows) else "–")
+        lines.append("| " + " | ".join(line) + " |")
+    between = frame[~(frame["compared_with"].isna() | (frame["compared_with"] == ""))]
+    if not between.empty:
+        lines += ["", "| sets compared (same seed) | Jaccard of transferred captions | per-image agreement |",
+                  "|---|---|---|"]
+        for (a, b), group in between.groupby(["pseudopairs", "compared_with"], sort=False):
+            cells = []
+            for statistic in ("jaccard", "agreement"):
+                rows = group[group["statistic"] == statistic]
+                cells.append(cell(rows["value"], rows["paper"].iloc[0], statistic))
+            lines.append(f"| {a} vs {b} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("table", help=cli.COMMANDS["table"].summary)
+    p.add_argument("--name", required=True)
+    cli.add_json(p, "--spec", "the table's config entry with its metrics files (experiments.table_spec)")
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=_cli_table)
+    p = subparsers.add_parser("tables-markdown", help=cli.COMMANDS["tables-markdown"].summary)
+    cli.add_json(p, "--specs", "the config's tables section")
+    p.add_argument("--output", required=True)
+    p.add_argument("--pseudopair-stats", default=None, help="results/pseudopair_stats.csv to render too")
+    p.add_argument("tables", nargs="+")
+    p.set_defaults(func=_cli_markdown)

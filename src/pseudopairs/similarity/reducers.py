@@ -1,0 +1,467 @@
+"""Reducers: what one pass over the score blocks keeps (per-line windows of the top scores,
+per-column log-sum-exp, threshold counts with the undecided entries); see
+:mod:`pseudopairs.similarity`."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from pseudopairs.similarity.arrays import _torch, is_tensor
+from pseudopairs.similarity.blocks import CHUNK, Block
+from pseudopairs.similarity.bounds import EXP32_ULPS, MIN_NORMAL32, U32, U64, gamma
+
+# --------------------------------------------------------------------------------------------
+# Block primitives (numpy and torch)
+# --------------------------------------------------------------------------------------------
+
+
+def _np(x: Any) -> np.ndarray:
+    return x.cpu().numpy() if is_tensor(x) else np.asarray(x)
+
+
+def chunk_max_rows(scores: Any, n_rows: int, chunk: int = CHUNK) -> Any:
+    """Maximum of each *comb* of ``chunk`` entries in each of the first ``n_rows`` rows of a padded
+    block: comb j of a row holds the columns ``j + t·(width / chunk)``, t < chunk. Shape
+    ``(n_rows, width / chunk)``. (Combs rather than runs: the reduction then runs across
+    contiguous memory, which numpy vectorises.)"""
+    width = scores.shape[1]
+    part = scores[:n_rows].reshape(n_rows, chunk, width // chunk)
+    return part.amax(dim=1) if is_tensor(part) else part.max(axis=1)
+
+
+def chunk_max_cols(scores: Any, n_cols: int, chunk: int = CHUNK) -> Any:
+    """Maximum of each run of ``chunk`` rows in each of the first ``n_cols`` columns of a padded
+    block: shape ``(height / chunk, n_cols)``."""
+    height = scores.shape[0]
+    part = scores.reshape(height // chunk, chunk, scores.shape[1])
+    part = part.amax(dim=1) if is_tensor(part) else part.max(axis=1)
+    return part[:, :n_cols]
+
+
+def kth_largest(values: Any, k: int, *, axis: int) -> np.ndarray:
+    """The k-th largest value along ``axis`` (−inf where the axis is shorter than k), as numpy."""
+    length = values.shape[axis]
+    if length < k:
+        shape = list(values.shape)
+        del shape[axis]
+        return np.full(shape, -np.inf, dtype=np.float32)
+    if is_tensor(values):
+        return values.topk(k, dim=axis).values.select(axis, k - 1).cpu().numpy()
+    if k == 1:
+        return values.max(axis=axis)
+    return np.take(np.partition(values, length - k, axis=axis), length - k, axis=axis)
+
+
+# --------------------------------------------------------------------------------------------
+# Reducer: entries near the top of each line
+# --------------------------------------------------------------------------------------------
+
+
+class WindowEntries(NamedTuple):
+    """Entries of a score matrix, grouped by line (row or column) and, within a line, by
+    decreasing value: ``line[i]``, ``other[i]`` (the column of a row line / the row of a column
+    line) and the float32 ``value[i]``."""
+
+    line: np.ndarray
+    other: np.ndarray
+    value: np.ndarray
+
+
+def _sort_entries(line, other, value) -> WindowEntries:
+    order = np.lexsort((other, -value.astype(np.float64), line))
+    return WindowEntries(line[order], other[order], value[order])
+
+
+def _group_starts(sorted_line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first index of each line's run, the line of each run) in a sorted line array."""
+    if sorted_line.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_line[1:] != sorted_line[:-1]])
+    return starts, sorted_line[starts]
+
+
+class WindowTopK:
+    """Per line of the score matrix (``axis="rows"``: each query row; ``"cols"``: each database
+    column), keeps **every entry ≥ (the line's k-th largest value) − window** — for k = 1 the
+    argmax candidates, for k > 1 the top k and everything within ``window`` of the k-th. Streaming
+    over blocks, it only ever drops entries below a proven lower bound of the final k-th value minus
+    the window: the k-th largest kept so far, or the k-th largest of a block's chunk maxima (k
+    chunks whose maxima are ≥ b hold k entries ≥ b).
+
+    Per block this costs one pass for the chunk maxima (combs of :data:`CHUNK` entries of a row,
+    runs of ``CHUNK / 4`` entries of a column) plus a gather of the chunks that can hold
+    candidates. Row lines are finished at the end of each row
+    block (``end_rows``), column lines at the end of the pass; :meth:`result` returns the entries.
+    """
+
+    def __init__(self, *, axis: str, n_lines: int, k: int, window: float, chunk: int | None = None):
+        if axis not in ("rows", "cols"):
+            raise ValueError(f"WindowTopK: axis must be 'rows' or 'cols', got {axis!r}")
+        if k < 1:
+            raise ValueError(f"WindowTopK: k must be ≥ 1, got {k}")
+        if not window >= 0:
+            raise ValueError(f"WindowTopK: window must be ≥ 0, got {window}")
+        if chunk is None:  # column runs are gathered across rows: shorter runs, fewer gathered
+            chunk = CHUNK if axis == "rows" else CHUNK // 4
+        if CHUNK % chunk:
+            raise ValueError(f"WindowTopK: chunk must divide {CHUNK}, got {chunk}")
+        self.axis, self.k, self.window, self.chunk = axis, int(k), float(window), int(chunk)
+        self.threshold = np.full(n_lines, -np.inf, dtype=np.float64)  # never keep below this
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending = 0
+        self._kept = 0
+        self._done: list[WindowEntries] = []
+
+    # -- candidates of one block -------------------------------------------------------------
+    def update(self, block: Block) -> None:
+        s = block.scores
+        b, c, L = block.n_rows, block.n_cols, self.chunk
+        if self.axis == "rows":
+            cm = chunk_max_rows(s, b, L)  # (b, width/L)
+            lower = kth_largest(cm, self.k, axis=1).astype(np.float64)
+            thr = np.maximum(self.threshold[block.row0: block.row1], lower - self.window)
+            self.threshold[block.row0: block.row1] = thr
+            thr_dev = _like(cm, thr)
+            r, g = _nonzero(cm >= thr_dev[:, None])
+            if r.size == 0:
+                return
+            cols = g[:, None] + np.arange(L)[None, :] * (s.shape[1] // L)  # comb g of each row
+            vals = _np(_gather(s, r[:, None], cols))
+            keep = (vals >= thr[r][:, None]) & (cols < c) & (vals > -np.inf)
+            rr, jj = np.nonzero(keep)
+            lines, others, values = block.row0 + r[rr], block.col0 + cols[rr, jj], vals[rr, jj]
+        else:
+            cm = chunk_max_cols(s, c, L)  # (height/L, c)
+            lower = kth_largest(cm, self.k, axis=0).astype(np.float64)
+            thr = np.maximum(self.threshold[block.col0: block.col1], lower - self.window)
+            self.threshold[block.col0: block.col1] = thr
+            thr_dev = _like(cm, thr)
+            g, j = _nonzero(cm >= thr_dev[None, :])
+            if g.size == 0:
+                return
+            rows = g[:, None] * L + np.arange(L)[None, :]
+            vals = _np(_gather(s, rows, j[:, None]))
+            keep = (vals >= thr[j][:, None]) & (rows < b) & (vals > -np.inf)
+            gg, ii = np.nonzero(keep)
+            lines, others, values = block.col0 + j[gg], block.row0 + rows[gg, ii], vals[gg, ii]
+        self._parts.append((lines.astype(np.int64), others.astype(np.int64), values.astype(np.float32)))
+        self._pending += lines.size
+        if self._pending > max(1 << 20, 2 * self._kept):
+            self._compact()
+
+    def _compact(self) -> WindowEntries:
+        """Merge the parts, raise each line's threshold to its k-th kept value − window, drop below."""
+        if not self._parts:
+            return WindowEntries(*(np.zeros(0, dtype=t) for t in (np.int64, np.int64, np.float32)))
+        entries = _sort_entries(*(np.concatenate(p) for p in zip(*self._parts)))
+        starts, lines = _group_starts(entries.line)
+        counts = np.diff(np.r_[starts, entries.line.size])
+        full = counts >= self.k
+        kth = entries.value[starts[full] + self.k - 1].astype(np.float64)
+        self.threshold[lines[full]] = np.maximum(self.threshold[lines[full]], kth - self.window)
+        keep = entries.value >= self.threshold[entries.line]
+        entries = WindowEntries(entries.line[keep], entries.other[keep], entries.value[keep])
+        self._parts = [tuple(entries)]
+        self._pending, self._kept = 0, entries.line.size
+        return entries
+
+    def end_rows(self, row0: int, row1: int) -> None:
+        if self.axis == "rows":  # a row block's lines are complete: move them out of the log
+            self._done.append(self._compact())
+            self._parts, self._kept = [], 0
+        elif self._pending > self._kept // 2:  # tighten the column thresholds once per row block
+            self._compact()
+
+    def result(self) -> WindowEntries:
+        """All kept entries, by line and decreasing value (ties: lower ``other`` first)."""
+        parts = self._done + ([self._compact()] if self._parts else [])
+        if not parts:
+            return WindowEntries(*(np.zeros(0, dtype=t) for t in (np.int64, np.int64, np.float32)))
+        return WindowEntries(*(np.concatenate(p) for p in zip(*parts)))
+
+
+def _like(template: Any, values: np.ndarray) -> Any:
+    """``values`` as float32 on the template's backend (for comparisons with block data)."""
+    if is_tensor(template):
+        return _torch().as_tensor(values, dtype=_torch().float32, device=template.device)
+    return values.astype(np.float32)
+
+
+def _nonzero(mask: Any) -> tuple[np.ndarray, np.ndarray]:
+    if is_tensor(mask):
+        idx = _torch().nonzero(mask).cpu().numpy()
+        return idx[:, 0].astype(np.int64), idx[:, 1].astype(np.int64)
+    a, b = np.nonzero(mask)
+    return a.astype(np.int64), b.astype(np.int64)
+
+
+def _gather(scores: Any, rows: np.ndarray, cols: np.ndarray) -> Any:
+    """``scores[rows, cols]`` with broadcasting index arrays (indices past the padded buffer are
+    clamped; callers mask them out)."""
+    rows = np.minimum(rows, scores.shape[0] - 1)
+    cols = np.minimum(cols, scores.shape[1] - 1)
+    if is_tensor(scores):
+        torch = _torch()
+        return scores[torch.as_tensor(rows, device=scores.device), torch.as_tensor(cols, device=scores.device)]
+    return scores[rows, cols]
+
+
+# --------------------------------------------------------------------------------------------
+# Reducer: column log-sum-exp
+# --------------------------------------------------------------------------------------------
+
+
+class ColumnLogSumExp:
+    """Per database column: ``log Σ_rows exp(beta·S[row, col])`` (float64), streaming with a
+    running maximum. Terms are computed in float32 (``exp(fl(fl(S − max)·beta))``) in strips of
+    ``strip`` rows summed in float32, then accumulated in float64; :meth:`error_bound` bounds the
+    result's error against the same formula on exact scores that are within ``score_error`` of S.
+    """
+
+    def __init__(self, *, n_cols: int, beta: float, strip: int = CHUNK):
+        if not (math.isfinite(beta) and beta > 0):
+            raise ValueError(f"ColumnLogSumExp: beta must be a positive finite number, got {beta}")
+        self.beta, self.strip = float(beta), int(strip)
+        self.peak = np.full(n_cols, -np.inf, dtype=np.float32)
+        self.total = np.zeros(n_cols, dtype=np.float64)
+        self.n_rows = 0
+        self.n_blocks = 0
+
+    def update(self, block: Block) -> None:
+        s = block.valid
+        b, c0, c1 = block.n_rows, block.col0, block.col1
+        if c0 == 0:
+            self.n_rows += b
+        self.n_blocks += 1
+        if is_tensor(s):
+            torch = _torch()
+            new_peak = np.maximum(self.peak[c0:c1], s.amax(dim=0).cpu().numpy())
+            peak_dev = torch.as_tensor(new_peak, device=s.device)
+            part = torch.zeros(c1 - c0, dtype=torch.float64, device=s.device)
+            for r in range(0, b, self.strip):
+                t = torch.exp((s[r: r + self.strip] - peak_dev) * self.beta)
+                part += t.sum(dim=0, dtype=torch.float32).double()
+            part = part.cpu().numpy()
+        else:
+            new_peak = np.maximum(self.peak[c0:c1], s.max(axis=0))
+            part = np.zeros(c1 - c0, dtype=np.float64)
+            tmp = np.empty((min(self.strip, b), c1 - c0), dtype=np.float32)
+            for r in range(0, b, self.strip):
+                rows = min(self.strip, b - r)
+                t = tmp[:rows]
+                np.subtract(s[r: r + rows], new_peak[None, :], out=t)
+                np.multiply(t, np.float32(self.beta), out=t)
+                np.exp(t, out=t)
+                part += np.add.reduce(t, axis=0)
+        old = self.peak[c0:c1].astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            rescale = np.where(np.isfinite(old), np.exp(self.beta * (old - new_peak.astype(np.float64))), 0.0)
+        self.total[c0:c1] = self.total[c0:c1] * rescale + part
+        self.peak[c0:c1] = new_peak
+
+    def result(self) -> np.ndarray:
+        """``log Σ exp(beta·S)`` per column (float64)."""
+        return self.beta * self.peak.astype(np.float64) + np.log(self.total)
+
+    def error_bound(self, *, score_error: float, score_absmax: float = 1.0) -> float:
+        """Bound on ``|result − log Σ exp(beta·s)|`` for exact scores ``s`` with ``|S − s| ≤
+        score_error`` and ``|S| ≤ score_absmax``: ``beta·score_error`` (the log-sum-exp is
+        1-Lipschitz) plus the relative error of the computed sum (argument rounding, float32 exp
+        within :data:`EXP32_ULPS` ulp, float32 strip sums, float64 rescaling, underflow), through
+        the log. The sum is ≥ 1 (the maximum contributes exp(0) = 1), so absolute errors count
+        as relative ones."""
+        argument = (2 * U32 + U32**2) * 2 * (score_absmax + score_error) * self.beta
+        rel = (math.expm1(argument) + EXP32_ULPS * 2 * U32 + gamma(self.strip, U32)
+               + self.n_rows * MIN_NORMAL32 * 2 + (2 * self.n_blocks + 4) * U64)
+        return self.beta * score_error + rel / (1 - rel) + 4 * U64 * self.beta * (score_absmax + 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Reducer: counts above thresholds (retrieval ranks)
+# --------------------------------------------------------------------------------------------
+
+
+_LANES16 = np.uint64(0x00FF00FF00FF00FF)
+_FOLD16 = np.uint64(0x0001000100010001)
+
+
+def _lane_group(words: int) -> int:
+    """The largest divisor of ``words`` that is ≤ 255 (byte lanes summed over that many words
+    cannot carry)."""
+    return next(g for g in range(min(words, 255), 0, -1) if words % g == 0)
+
+
+def count_true_rows(mask: np.ndarray) -> np.ndarray:
+    """Number of True values in each row of a C-contiguous bool array whose width is a multiple
+    of 8. Rows are read as 64-bit words whose eight byte lanes (0 or 1 each) are summed over
+    groups of ≤ 255 words without carries, then folded to 16-bit lanes and added up."""
+    words = mask.view(np.uint64)
+    h, w = words.shape
+    g = _lane_group(w)
+    sums = words.reshape(h, w // g, g).sum(axis=2)  # byte lanes ≤ 255
+    pairs = (sums & _LANES16) + ((sums >> np.uint64(8)) & _LANES16)  # 16-bit lanes ≤ 510
+    return ((pairs * _FOLD16) >> np.uint64(48)).sum(axis=1).astype(np.int64)  # group totals ≤ 2040
+
+
+def count_true_cols(mask: np.ndarray) -> np.ndarray:
+    """Number of True values in each column of a C-contiguous bool array of ≤ 255 rows whose
+    width is a multiple of 8 (bytes summed lane-wise in 64-bit words, which cannot carry)."""
+    if mask.shape[0] > 255 or sys.byteorder != "little":
+        return mask.sum(axis=0, dtype=np.int64)
+    return mask.view(np.uint64).sum(axis=0).view(np.uint8).astype(np.int64)
+
+
+class Undecided(NamedTuple):
+    """Score-matrix entries (``row[i]``, ``col[i]``) that float32 cannot order against their
+    line's threshold; ``axis`` says whether the line is the row or the column."""
+
+    row: np.ndarray
+    col: np.ndarray
+
+
+class ThresholdCounter:
+    """Per row and/or per column of the score matrix, with a window ``[lo, hi]`` around each
+    line's threshold: counts the entries **strictly above hi** and collects the entries inside
+    the window beyond the ones the caller expects there (``row_expected[i]`` entries in row i;
+    the entry in row ``col_expected_row[j]`` of column j, if ≥ 0). Those are the entries whose
+    order against the threshold float32 cannot decide; the caller settles them in float64.
+
+    Row thresholds are passed per block (``update(block, row_lo=…, row_hi=…)``) — blocks must
+    hold whole rows; column thresholds are fixed (``col_lo``/``col_hi``, one per column); pass
+    ``rows=False`` / no column thresholds to skip a direction. The numpy path works in strips of
+    ≤ 255 rows: each comparison writes a byte mask, rows are counted with one popcount per
+    8 bytes (:func:`count_true_rows`) and columns by summing the masks as 64-bit words, eight
+    byte-lanes at a time that cannot carry (≤ 255 rows); since ``hi ≥ lo`` every lane of the
+    "≥ lo" sum is ≥ the same lane of the "> hi" sum, so their difference (the window counts)
+    is a plain word subtraction.
+    """
+
+    def __init__(self, *, n_rows: int, n_cols: int, rows: bool, col_lo=None, col_hi=None,
+                 row_expected=None, col_expected_row=None):
+        self.n_rows, self.n_cols, self.do_rows = n_rows, n_cols, bool(rows)
+        self.do_cols = col_lo is not None
+        self.col_lo = None if col_lo is None else np.asarray(col_lo, dtype=np.float32)
+        self.col_hi = None if col_hi is None else np.asarray(col_hi, dtype=np.float32)
+        if self.do_cols and not bool(np.all(self.col_hi >= self.col_lo)):
+            raise ValueError("ThresholdCounter: every column needs hi ≥ lo")
+        self.row_expected = (np.zeros(n_rows, dtype=np.int64) if row_expected is None
+                             else np.asarray(row_expected, dtype=np.int64))
+        self.col_expected_row = (np.full(n_cols, -1, dtype=np.int64) if col_expected_row is None
+                                 else np.asarray(col_expected_row, dtype=np.int64))
+        self.row_above = np.zeros(n_rows, dtype=np.int64)
+        self.col_above = np.zeros(n_cols, dtype=np.int64)
+        self._undecided_rows: list[tuple[np.ndarray, np.ndarray]] = []
+        self._undecided_cols: list[tuple[np.ndarray, np.ndarray]] = []
+        self._col_order = np.argsort(self.col_expected_row, kind="stable")
+        self._col_sorted_rows = self.col_expected_row[self._col_order]
+        self._masks: list[np.ndarray] = []
+
+    def update(self, block: Block, *, row_lo=None, row_hi=None) -> None:
+        if block.col0 != 0 or block.col1 != self.n_cols:
+            raise ValueError("ThresholdCounter: blocks must hold whole rows")
+        if is_tensor(block.scores):
+            self._update_torch(block, row_lo, row_hi)
+            return
+        if self.do_rows:
+            lo_r = np.asarray(row_lo, dtype=np.float32)
+            hi_r = np.asarray(row_hi, dtype=np.float32)
+            if not bool(np.all(hi_r >= lo_r)):
+                raise ValueError("ThresholdCounter: every row needs hi ≥ lo")
+        width = block.scores.shape[1]
+        strip = max(8, min(248, (1 << 20) // max(1, width) // 8 * 8))
+        if not self._masks or self._masks[0].shape != (strip, width):
+            self._masks = [np.zeros((strip, width), dtype=bool) for _ in range(2)]
+        above, inside = self._masks
+        c = self.n_cols
+        scores = block.scores
+        for s in range(0, block.n_rows, strip):
+            e = min(block.n_rows, s + strip)
+            h, g0 = e - s, block.row0 + s
+            part, up, near = scores[s:e], above[:h], inside[:h]
+            if self.do_rows:
+                np.greater(part, hi_r[s:e, None], out=up)
+                np.greater_equal(part, lo_r[s:e, None], out=near)
+                n_above = count_true_rows(up)
+                extra = count_true_rows(near) - n_above - self.row_expected[g0: g0 + h]
+                self.row_above[g0: g0 + h] = n_above
+                if extra.min(initial=0) < 0:
+                    raise RuntimeError("internal error: a row's threshold entry fell outside its "
+                                       "proven float32 error window")
+                for i in np.flatnonzero(extra > 0):
+                    cols = np.flatnonzero(near[i, :c] & ~up[i, :c])
+                    self._undecided_rows.append((np.full(cols.size, g0 + i, dtype=np.int64), cols))
+            if self.do_cols:
+                np.greater(part[:, :c], self.col_hi[None, :], out=up[:, :c])
+                np.greater_equal(part[:, :c], self.col_lo[None, :], out=near[:, :c])
+                up[:, c:] = False
+                near[:, c:] = False
+                if sys.byteorder == "little":
+                    words_up = up.view(np.uint64).sum(axis=0)
+                    window = (near.view(np.uint64).sum(axis=0) - words_up).view(np.uint8)[:c].copy()
+                    self.col_above += words_up.view(np.uint8)[:c]
+                else:  # pragma: no cover - big-endian machines
+                    n_up = up.sum(axis=0)[:c]
+                    window = (near.sum(axis=0)[:c] - n_up).astype(np.int64)
+                    self.col_above += n_up
+                a, z = np.searchsorted(self._col_sorted_rows, [g0, g0 + h])
+                expected = self._col_order[a:z]
+                if expected.size and int(window[expected].min()) < 1:
+                    raise RuntimeError("internal error: a column's threshold entry fell outside its "
+                                       "proven float32 error window")
+                window[expected] -= 1
+                cols = np.flatnonzero(window)
+                if cols.size:
+                    rr, jj = np.nonzero(near[:, cols] & ~up[:, cols])
+                    self._undecided_cols.append((g0 + rr.astype(np.int64), cols[jj].astype(np.int64)))
+
+    def _update_torch(self, block: Block, row_lo, row_hi) -> None:
+        torch = _torch()
+        s = block.valid
+        dev = s.device
+        g0, b = block.row0, block.n_rows
+        if self.do_rows:
+            lo = torch.as_tensor(np.asarray(row_lo, dtype=np.float32), device=dev)[:, None]
+            hi = torch.as_tensor(np.asarray(row_hi, dtype=np.float32), device=dev)[:, None]
+            above = s > hi
+            inside = (s >= lo) & ~above
+            n_above = above.sum(dim=1).cpu().numpy()
+            extra = inside.sum(dim=1).cpu().numpy() - self.row_expected[g0: g0 + b]
+            self.row_above[g0: g0 + b] = n_above
+            if extra.min(initial=0) < 0:
+                raise RuntimeError("internal error: a row's threshold entry fell outside its "
+                                   "proven float32 error window")
+            rows = np.flatnonzero(extra > 0)
+            if rows.size:
+                idx = torch.nonzero(inside[torch.as_tensor(rows, device=dev)]).cpu().numpy()
+                self._undecided_rows.append((g0 + rows[idx[:, 0]], idx[:, 1].astype(np.int64)))
+        if self.do_cols:
+            lo = torch.as_tensor(self.col_lo, device=dev)[None, :]
+            hi = torch.as_tensor(self.col_hi, device=dev)[None, :]
+            above = s > hi
+            inside = (s >= lo) & ~above
+            self.col_above += above.sum(dim=0).cpu().numpy()
+            extra = inside.sum(dim=0).cpu().numpy()
+            if self.col_expected_row is not None:
+                exp = (self.col_expected_row >= g0) & (self.col_expected_row < g0 + b)
+                extra = extra - exp
+            if extra.min(initial=0) < 0:
+                raise RuntimeError("internal error: a column's threshold entry fell outside its "
+                                   "proven float32 error window")
+            cols = np.flatnonzero(extra > 0)
+            if cols.size:
+                idx = torch.nonzero(inside[:, torch.as_tensor(cols, device=dev)]).cpu().numpy()
+                self._undecided_cols.append((g0 + idx[:, 0].astype(np.int64), cols[idx[:, 1]]))
+
+    def undecided(self) -> tuple[Undecided, Undecided]:
+        """(entries to settle for the row lines, entries to settle for the column lines)."""
+        def cat(parts):
+            if not parts:
+                return Undecided(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            return Undecided(*(np.concatenate(p).astype(np.int64) for p in zip(*parts)))
+
+        return cat(self._undecided_rows), cat(self._undecided_cols)
+

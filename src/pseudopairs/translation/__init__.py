@@ -1,0 +1,40 @@
+"""Machine translation of captions (paper §2.3, §6): train a demo model, convert it (or the
+published OpenNMT-py model) with CTranslate2, translate every source-language caption.
+
+Three step commands:
+
+``train-mt``
+    Trains a small Transformer (:mod:`pseudopairs.translation.transformer`) on any parallel plain-text files,
+    with a shared SentencePiece model trained on the training text, and writes the checkpoint in
+    OpenNMT-py's layout (``model.pt``), ``sentencepiece.model``, ``bleu.json`` (sacreBLEU of
+    greedy translations of the held-out pairs), ``valid.hyp.txt``, ``train_log.csv`` and
+    ``settings.json``. Seeded and deterministic on CPU for a given thread count.
+
+``convert-mt``
+    Converts an OpenNMT-py checkpoint with CTranslate2's own ``OpenNMTPyConverter`` (weights-only
+    unpickling, ``argparse.Namespace`` allow-listed). Checkpoints of OpenNMT-py 1.x/2.x, whose
+    vocabularies are pickled torchtext/onmt objects, are first re-saved in the 3.x layout by a
+    restricted unpickler that never imports or calls those classes
+    (:func:`pseudopairs.translation.checkpoint.load_checkpoint`); the
+    re-saved file then goes through the very same converter call. The output directory gets the
+    SentencePiece model(s) and ``pseudopairs_mt.json`` (model id, source checkpoint and its
+    SHA-256, quantization, converter version), so translation needs nothing else.
+
+``translate-captions``
+    Translates every source-language caption of a caption table with ``Translator.
+    translate_iterable`` (token-based batches), detokenises with the model's SentencePiece model
+    and applies the same Moses preparation as every other caption
+    (:func:`pseudopairs.data.text.prepare_captions`). The output is a caption table aligned row for row
+    with the source-language rows of the input, plus a JSON sidecar. Work is done in chunks kept
+    under ``OUT.chunks/`` with a fingerprint of everything that changes the output, so a killed job
+    resumes; CTranslate2 batches never cross chunk boundaries, so a resumed run writes the same
+    table as an uninterrupted one.
+
+The real model (:data:`PAPER_MODEL_URL`) is OpenNMT-py's pretrained English→German Transformer:
+see :func:`paper_model_source`.
+
+Modules: :mod:`~.settings` (the ``translation`` config section), :mod:`~.text` (plain text,
+SentencePiece, BLEU), :mod:`~.transformer` (the demo model), :mod:`~.train`, :mod:`~.checkpoint`
+(reading OpenNMT-py checkpoints), :mod:`~.convert`, :mod:`~.chunks` and :mod:`~.translate`.
+Nothing here imports torch at import time: the ``translate-captions`` job's environment has none.
+"""

@@ -1,0 +1,211 @@
+"""The ``convert-mt`` step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import pickle
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pseudopairs import cli
+from pseudopairs.io import atomic_directory
+from pseudopairs.translation.checkpoint import load_checkpoint
+from pseudopairs.translation.settings import QUANTIZATIONS
+from pseudopairs.translation.text import SentencePieceTokenizer, sha256_file
+
+log = logging.getLogger(__name__)
+
+
+MODEL_INFO = "pseudopairs_mt.json"
+
+
+SHARED_TOKENIZER = "sentencepiece.model"
+
+
+SOURCE_TOKENIZER = "source.sentencepiece.model"
+
+
+TARGET_TOKENIZER = "target.sentencepiece.model"
+
+
+def _tokenizer_coverage(tokenizer: SentencePieceTokenizer, vocab: list[str]) -> float:
+    from pseudopairs.translation.transformer import SPECIALS
+
+    pieces = set(tokenizer.pieces())
+    tokens = [t for t in vocab if t not in SPECIALS]
+    return sum(1 for t in tokens if t in pieces) / max(len(tokens), 1)
+
+
+def _check_tokenizer(tokenizer: SentencePieceTokenizer, vocab: list[str], *, side: str, checkpoint: Path) -> float:
+    coverage = _tokenizer_coverage(tokenizer, vocab)
+    if coverage < 0.5:
+        raise ValueError(f"{tokenizer.path}: does not match the {side} vocabulary of {checkpoint} "
+                         f"(only {coverage:.0%} of its tokens are pieces of this SentencePiece model)")
+    if coverage < 0.95:
+        log.warning("%s: only %.1f%% of the %s vocabulary of %s are pieces of this SentencePiece model",
+                    tokenizer.path, 100 * coverage, side, checkpoint)
+    return coverage
+
+
+def convert_checkpoint(checkpoint: str | os.PathLike, output_dir: str | os.PathLike, *,
+                       quantization: str = "none", source_tokenizer: str | os.PathLike | None = None,
+                       target_tokenizer: str | os.PathLike | None = None,
+                       model_id: str | None = None) -> dict:
+    """The ``convert-mt`` step: CTranslate2's ``OpenNMTPyConverter`` on ``checkpoint`` (or on its
+    3.x re-save, see :func:`load_checkpoint`), into ``output_dir`` atomically (a staging sibling
+    renamed into place, replacing an older one). Tokenisers default to ``sentencepiece.model``
+    beside the checkpoint. Returns the ``pseudopairs_mt.json`` written into the directory."""
+    import ctranslate2
+    import torch
+    from ctranslate2.converters import OpenNMTPyConverter
+
+    checkpoint = Path(checkpoint)
+    output_dir = Path(output_dir)
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"--quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}")
+    default_tok = checkpoint.with_name(SHARED_TOKENIZER)
+    source_tokenizer = Path(source_tokenizer) if source_tokenizer else default_tok
+    target_tokenizer = Path(target_tokenizer) if target_tokenizer else source_tokenizer
+    loaded = load_checkpoint(checkpoint)
+    vocab = loaded.checkpoint["vocab"]
+    src_tok = SentencePieceTokenizer(source_tokenizer)
+    tgt_tok = SentencePieceTokenizer(target_tokenizer)
+    coverage = {"source": _check_tokenizer(src_tok, vocab["src"], side="source", checkpoint=checkpoint),
+                "target": _check_tokenizer(tgt_tok, vocab["tgt"], side="target", checkpoint=checkpoint)}
+    digest = sha256_file(checkpoint)
+    if model_id is None:
+        model_id = f"{checkpoint.stem}-{digest[:12]}" + ("" if quantization == "none" else f"-{quantization}")
+    shared = source_tokenizer.resolve() == target_tokenizer.resolve() or \
+        sha256_file(source_tokenizer) == sha256_file(target_tokenizer)
+
+    with atomic_directory(output_dir) as tmp:
+        convert_from = checkpoint
+        if loaded.needs_resave:
+            # Outside the final directory: the re-saved copy is only the converter's input.
+            resaved = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".ckpt", dir=output_dir.parent))
+            convert_from = resaved / "checkpoint.pt"
+            torch.save(loaded.checkpoint, convert_from)
+            log.info("%s: %s layout re-saved in the OpenNMT-py 3.x layout for conversion "
+                     "(pickled classes replaced by stand-ins: %s)", checkpoint, loaded.layout,
+                     ", ".join(loaded.stand_ins) or "none")
+        try:
+            with torch.serialization.safe_globals([argparse.Namespace]):
+                OpenNMTPyConverter(str(convert_from)).convert(
+                    str(tmp), quantization=None if quantization == "none" else quantization, force=True)
+        except (ValueError, KeyError, NotImplementedError, pickle.UnpicklingError) as err:
+            raise ValueError(f"{checkpoint}: CTranslate2's OpenNMT-py converter refused it: "
+                             f"{type(err).__name__}: {err}") from err
+        finally:
+            if loaded.needs_resave:
+                shutil.rmtree(convert_from.parent, ignore_errors=True)
+        if shared:
+            shutil.copyfile(source_tokenizer, tmp / SHARED_TOKENIZER)
+            tokenizers = {"source": SHARED_TOKENIZER, "target": SHARED_TOKENIZER}
+        else:
+            shutil.copyfile(source_tokenizer, tmp / SOURCE_TOKENIZER)
+            shutil.copyfile(target_tokenizer, tmp / TARGET_TOKENIZER)
+            tokenizers = {"source": SOURCE_TOKENIZER, "target": TARGET_TOKENIZER}
+        opt = loaded.checkpoint["opt"]
+        info = {
+            "format": 1,
+            "model_id": model_id,
+            "source": {"checkpoint": str(checkpoint.resolve()), "sha256": digest,
+                       "size": checkpoint.stat().st_size, "layout": loaded.layout},
+            "quantization": quantization,
+            "converter": {"class": "ctranslate2.converters.OpenNMTPyConverter",
+                          "ctranslate2": ctranslate2.__version__, "torch": torch.__version__},
+            "tokenizer": {"type": "sentencepiece", **tokenizers,
+                          "source_sha256": sha256_file(source_tokenizer),
+                          "target_sha256": sha256_file(target_tokenizer),
+                          "vocabulary_coverage": {k: round(v, 4) for k, v in coverage.items()}},
+            "architecture": {key: getattr(opt, key, None) for key in
+                             ("encoder_type", "enc_layers", "dec_layers", "heads", "hidden_size",
+                              "rnn_size", "transformer_ff")},
+            "vocabulary": {"source": len(vocab["src"]), "target": len(vocab["tgt"])},
+        }
+        (tmp / MODEL_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    log.info("converted %s (%s) -> %s [%s, quantization %s]", checkpoint, loaded.layout, output_dir,
+             model_id, quantization)
+    return info
+
+
+@dataclass
+class ModelDir:
+    """A ``convert-mt`` output: CTranslate2 model files, tokenisers and ``pseudopairs_mt.json``."""
+
+    path: Path
+    info: dict
+    source_tokenizer: SentencePieceTokenizer
+    target_tokenizer: SentencePieceTokenizer
+
+    @property
+    def model_id(self) -> str:
+        return self.info["model_id"]
+
+
+def open_model_dir(path: str | os.PathLike) -> ModelDir:
+    """Check a converted model directory and load its tokenisers (not yet the CTranslate2 model).
+    A missing or incomplete directory is an error naming the path and what is wrong."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"translation model directory not found: {path}")
+    info_path = path / MODEL_INFO
+    if not info_path.is_file():
+        raise ValueError(f"{path}: not a converted translation model directory (no {MODEL_INFO}; "
+                         "create it with pseudopairs convert-mt)")
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{info_path}: corrupt model description ({err})") from err
+    if not isinstance(info, dict) or not isinstance(info.get("model_id"), str) \
+            or not isinstance(info.get("tokenizer"), dict):
+        raise ValueError(f"{info_path}: corrupt model description (model_id/tokenizer missing)")
+    for name in ("model.bin", "config.json"):
+        if not (path / name).is_file():
+            raise ValueError(f"{path}: incomplete CTranslate2 model ({name} is missing)")
+    tokenizers = {}
+    for side in ("source", "target"):
+        name = info["tokenizer"].get(side)
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            raise ValueError(f"{info_path}: corrupt model description (tokenizer.{side} = {name!r})")
+        tokenizers[side] = SentencePieceTokenizer(path / name)
+    return ModelDir(path=path, info=info, source_tokenizer=tokenizers["source"],
+                    target_tokenizer=tokenizers["target"])
+
+
+def _cmd_convert_mt(args: argparse.Namespace) -> int:
+    if args.tokenizer and (args.source_tokenizer or args.target_tokenizer):
+        raise ValueError("give either --tokenizer or --source-tokenizer/--target-tokenizer")
+    source = args.source_tokenizer or args.tokenizer
+    target = args.target_tokenizer or args.tokenizer
+    if (args.source_tokenizer is None) != (args.target_tokenizer is None):
+        raise ValueError("--source-tokenizer and --target-tokenizer go together")
+    info = convert_checkpoint(args.checkpoint, args.output_dir, quantization=args.quantization,
+                              source_tokenizer=source, target_tokenizer=target, model_id=args.model_id)
+    print(f"convert-mt: {info['model_id']} ({info['source']['layout']}, quantization "
+          f"{info['quantization']}) -> {args.output_dir}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "convert-mt", help=cli.COMMANDS["convert-mt"].summary,
+        description="Convert an OpenNMT-py Transformer checkpoint (3.x layout, or a 1.x/2.x one, "
+                    "which is re-saved first) with CTranslate2's OpenNMT-py converter into a "
+                    "self-contained model directory.")
+    p.add_argument("--checkpoint", required=True, help="OpenNMT-py .pt checkpoint")
+    p.add_argument("--output-dir", required=True, help="CTranslate2 model directory (replaced atomically)")
+    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                   help="weight type of the converted model (default: none = as saved)")
+    p.add_argument("--tokenizer", default=None,
+                   help=f"shared SentencePiece model (default: {SHARED_TOKENIZER} beside the checkpoint)")
+    p.add_argument("--source-tokenizer", default=None, help="source SentencePiece model (with --target-tokenizer)")
+    p.add_argument("--target-tokenizer", default=None, help="target SentencePiece model")
+    p.add_argument("--model-id", default=None,
+                   help="identifier recorded with every translation (default: checkpoint name + SHA-256 prefix)")
+    p.set_defaults(func=_cmd_convert_mt)

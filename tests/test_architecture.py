@@ -1,0 +1,242 @@
+"""The shape of the code (issue 17): stage subpackages, small modules and functions, no import
+cycle, one registry per extension point that everything reads, one settings mechanism that the
+schema agrees with, and a workflow usable as a Snakemake module from another directory."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, snakemake_exe
+from pseudopairs.config import check_config, load_config, load_schema
+
+SRC = REPO / "src" / "pseudopairs"
+STAGES = ("data", "features", "model", "evaluation", "mining", "translation", "report")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def test_the_package_has_a_subpackage_per_stage():
+    for stage in STAGES:
+        assert (SRC / stage / "__init__.py").is_file(), stage
+
+
+def test_no_module_over_600_lines_and_no_function_over_120():
+    long_modules = {name: n for name, path in _modules().items()
+                    if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long_modules
+    long_functions = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > 120:
+                    long_functions.append(f"{name}.{node.name}")
+    assert not long_functions
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Edges module -> module of every import of the package (module level or inside functions)."""
+    modules = _modules()
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges[name] |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    edges[name].add(target if target in modules else base)
+        edges[name] = {t for t in edges[name] if t in modules and t != name}
+    return edges
+
+
+def test_no_import_cycle():
+    edges = import_graph()
+    state: dict[str, int] = {}
+    path: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module)
+    assert not cycles, [" -> ".join(c) for c in cycles]
+    # the cycle issue 17 found: mining and its statistics no longer import each other
+    assert "pseudopairs.mining.step" not in edges["pseudopairs.mining.statistics"]
+
+
+def test_the_public_names_other_checks_call_are_importable():
+    from pseudopairs.evaluation import retrieval_metrics
+    from pseudopairs.mining import nearest_neighbours
+    from pseudopairs.model import contrastive_loss
+
+    assert callable(retrieval_metrics) and callable(nearest_neighbours) and callable(contrastive_loss)
+
+
+# --------------------------------------------------------------------------------------------
+# Registries
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_throwaway_criterion_through_the_registry_alone(tmp_path):
+    """A new criterion = one registration (here in the test): the search, its reference, the
+    config checks (name and parameters), the statistics spec and the docs table all take it."""
+    from pseudopairs import experiments as ex
+    from pseudopairs.mining import criteria, nearest_neighbours, nearest_neighbours_reference
+    from pseudopairs.mining.search import argmax_reference, best_per_line
+
+    def search(ctx, params):  # the database row farthest from each query, by brute force in blocks
+        lines = np.repeat(np.arange(ctx.n), ctx.m)
+        others = np.tile(np.arange(ctx.m), ctx.n)
+        best, exact = best_per_line(lines, others, -params["weight"] * ctx.cos_of(lines, others), ctx.n)
+        return best.astype(np.int64), exact.astype(np.float32)
+
+    criteria.register(criteria.Criterion(
+        name="farthest", summary="the least similar caption (a test criterion)",
+        definition="argmax_d −w·cos(q, d)", search=search,
+        reference=lambda cos, params: argmax_reference(-params["weight"] * cos),
+        params=(criteria.Param("weight", 1.0, float, 0.0, "a positive number", low_open=True),)))
+    try:
+        rng = np.random.default_rng(0)
+        queries, database = rng.standard_normal((9, 5)), rng.standard_normal((7, 5))
+        got = nearest_neighbours(queries, database, criterion="farthest", weight=2.0)
+        want = nearest_neighbours_reference(queries, database, criterion="farthest", weight=2.0)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert (got[0] == (queries / np.linalg.norm(queries, axis=1, keepdims=True)
+                           @ (database / np.linalg.norm(database, axis=1, keepdims=True)).T).argmin(axis=1)).all()
+        with pytest.raises(ValueError, match="weight must be a positive number, got 0"):
+            nearest_neighbours(queries, database, criterion="farthest", weight=0)
+
+        config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+        config["pseudopairs"]["de_coco.farthest"] = {"source": "de_coco", "queries": "coco.en",
+                                                      "database": "m30k.de",
+                                                      "mining": {"criterion": "farthest", "weight": 3.0}}
+        check_config(copy.deepcopy(config))
+        assert ex.pseudopair_stats_spec(config)["sets"]["de_coco.farthest"]["criterion"] == "farthest"
+        assert ex.mining_settings(config, "de_coco.farthest")["weight"] == 3.0
+        bad = copy.deepcopy(config)
+        bad["pseudopairs"]["de_coco.farthest"]["mining"]["k"] = 3
+        with pytest.raises(ValueError, match="mining.k': k is only used by the criteria"):
+            check_config(bad)
+        assert "| `farthest` | `weight` = 1.0 (a positive number) | argmax_d −w·cos(q, d) |" in criteria.docs_table()
+    finally:
+        criteria.CRITERIA.unregister("farthest")
+    assert "farthest" not in criteria.CRITERIA
+
+
+def test_the_docs_list_every_registered_criterion():
+    from pseudopairs.mining import criteria
+
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for line in criteria.docs_table().splitlines()[2:]:
+        assert line in text, f"docs/architecture.md lacks the criteria table row: {line}"
+
+
+def test_similarity_functions_and_objectives_are_registries_the_settings_read():
+    from pseudopairs.model.objectives import OBJECTIVES
+    from pseudopairs.model.settings import TrainingSettings
+    from pseudopairs.similarity.functions import SIMILARITIES
+
+    assert "cosine" in SIMILARITIES and "sampled" in OBJECTIVES
+    defaults = TrainingSettings.defaults()
+    assert defaults["similarity"] in SIMILARITIES and defaults["objective"] in OBJECTIVES
+
+
+# --------------------------------------------------------------------------------------------
+# One settings mechanism, which the schema agrees with
+# --------------------------------------------------------------------------------------------
+
+
+def _schema_section(schema: dict, *path: str) -> dict:
+    node = schema["properties"]
+    for key in path[:-1]:
+        node = node[key]["properties"]
+    node = node[path[-1]]
+    if "$ref" in node:
+        node = {**schema["$defs"][node["$ref"].split("/")[-1]], **node}
+    return node
+
+
+@pytest.mark.parametrize("section, cls_path", [
+    (("features",), "pseudopairs.features.settings:FeatureSettings"),
+    (("model",), "pseudopairs.model.settings:ModelSettings"),
+    (("training",), "pseudopairs.model.settings:TrainingSettings"),
+    (("mining",), "pseudopairs.mining.settings:MiningSettings"),
+])
+def test_the_schema_lists_each_setting_with_the_settings_default(section, cls_path):
+    import importlib
+
+    module, name = cls_path.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    node = _schema_section(load_schema(), *section)
+    assert set(node["properties"]) == {name for name, _, _ in cls.describe()}
+    defaults = cls.defaults()
+    for key, prop in node["properties"].items():
+        if "default" in prop:
+            assert prop["default"] == defaults[key], key
+
+
+# --------------------------------------------------------------------------------------------
+# The workflow as a Snakemake module
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_workflow_runs_as_a_module_of_another_workflow(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "small.yaml").write_text(yaml.safe_dump({"world": {"parallel": {"train": 20, "val": 5}}}))
+    (host / "Snakefile").write_text(f'''configfile: "{REPO / 'config' / 'experiments.yaml'}"
+configfile: "{REPO / 'config' / 'config.yaml'}"
+configfile: "small.yaml"
+
+
+module pseudopairs:
+    snakefile:
+        "{REPO / 'workflow' / 'Snakefile'}"
+    config:
+        config
+
+
+use rule * from pseudopairs as pp_*
+''')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    dry = subprocess.run([snakemake_exe(), "-n", "--cores", "1", "results/table5.csv"], cwd=host,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "pp_train" in dry.stdout and "pp_mine" in dry.stdout
+    run = subprocess.run([snakemake_exe(), "--cores", "1", "results/world/parallel/val.de"], cwd=host,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len((host / "results" / "world" / "parallel" / "val.de").read_text().splitlines()) == 5
