@@ -51,6 +51,7 @@ COMMANDS: dict[str, Command] = {
     "training-curves": Command("report", "pseudopairs.report.figures", "validation curves of the tables' models"),
     "table": Command("report", "pseudopairs.report.tables", "one of the paper's tables (mean, sd, n; paper)"),
     "tables-markdown": Command("report", "pseudopairs.report.tables", "all tables as Markdown"),
+    "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
 }
 
 STAGES = {

@@ -269,6 +269,7 @@ def _reference_errors(config: dict) -> list[str]:
             if path:
                 messages.append(f"config key 'experiments.{name}': dependency cycle {' -> '.join(path)} "
                                 "(through finetune or the source of a pseudopair set)")
+    messages += _method_check_errors(config)
     for table, spec in config.get("tables", {}).items():
         if spec.get("kind") == "retrieval" and "langs" not in spec:
             messages.append(f"config key 'tables.{table}.langs': required for a retrieval table")
@@ -280,6 +281,31 @@ def _reference_errors(config: dict) -> list[str]:
         if not any(d["lang"] == lang and d["corpus"] == evaluation.get("corpus") for d in datasets.values()):
             messages.append(f"config key 'evaluation.langs.{i}': no data set of corpus "
                             f"{evaluation.get('corpus')!r} has language {lang!r}")
+    return messages
+
+
+def _method_check_errors(config: dict) -> list[str]:
+    """Every effect names a table and two of its experiments; pseudopair entries name a table and
+    experiments that exist."""
+    section = config.get("method_check", {})
+    tables, experiments = config.get("tables", {}), config.get("experiments", {})
+    messages = []
+    for i, effect in enumerate(section.get("effects", [])):
+        where = f"config key 'method_check.effects.{i}"
+        if effect["table"] not in tables:
+            messages.append(f"{where}.table': unknown table {effect['table']!r}")
+            continue
+        shown = {row.get("experiment") for row in tables[effect["table"]]["rows"]}
+        for side in ("better", "worse"):
+            if effect[side] not in shown:
+                messages.append(f"{where}.{side}': {effect[side]!r} is not a row of {effect['table']}")
+    for i, entry in enumerate(section.get("pseudopairs", [])):
+        where = f"config key 'method_check.pseudopairs.{i}"
+        if entry["table"] not in tables:
+            messages.append(f"{where}.table': unknown table {entry['table']!r}")
+        for side in ("source", "control"):
+            if entry[side] not in experiments:
+                messages.append(f"{where}.{side}': unknown experiment {entry[side]!r}")
     return messages
 
 

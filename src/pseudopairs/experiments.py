@@ -321,6 +321,38 @@ def table_inputs(config: dict, table: str) -> list[str]:
     return [path for by_seed in table_spec(config, table)["metrics"].values() for path in by_seed.values()]
 
 
+def uses_pseudopairs(config: dict, name: str) -> bool:
+    """Whether experiment ``name`` trains on a pseudopair data set (c2i or c2c)."""
+    exp = experiment(config, name)
+    sets = exp["c2i"] + [d for pair in exp.get("c2c", []) for d in pair]
+    return any(dataset_kind(config, ds) == "pseudopairs" for ds in sets)
+
+
+def method_check_spec(config: dict) -> dict[str, Any]:
+    """The ``method-check`` step's input: the ``method_check`` section, the tables it names, the
+    rows of each pseudopair table that train on pseudopairs, and the ``metrics.json`` of every
+    experiment involved, per seed (experiment -> seed -> path; the rule's inputs)."""
+    section = config.get("method_check", {})
+    pseudopairs = [{**entry, "rows": [name for name in table_experiments(config, entry["table"])
+                                      if uses_pseudopairs(config, name)]}
+                   for entry in section.get("pseudopairs", [])]
+    names: list[str] = []
+    for effect in section.get("effects", []):
+        names += [effect["worse"], effect["better"]]
+    for entry in pseudopairs:
+        names += [entry["source"], entry["control"], *entry["rows"]]
+    names = list(dict.fromkeys(names))
+    tables = sorted({e["table"] for e in section.get("effects", [])} | {e["table"] for e in pseudopairs})
+    return {"min_t": section.get("min_t", 2.0), "effects": list(section.get("effects", [])),
+            "pseudopairs": pseudopairs, "tables": {t: config["tables"][t] for t in tables},
+            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
+                        for name in names}}
+
+
+def method_check_inputs(config: dict) -> list[str]:
+    return [path for by_seed in method_check_spec(config)["metrics"].values() for path in by_seed.values()]
+
+
 def training_curves_spec(config: dict) -> dict[str, Any]:
     """The ``training-curves`` step's input: the tables and the training log of every experiment
     any table shows, per seed (experiment -> seed -> path; the rule's inputs)."""

@@ -124,6 +124,11 @@ def table(name: str) -> str:
     return f"{RESULTS}/{name}.csv"
 
 
+def method_check() -> str:
+    """The paper's effects in this run (:mod:`pseudopairs.report.method_check`)."""
+    return f"{RESULTS}/method_check.csv"
+
+
 def tables_markdown() -> str:
     return f"{RESULTS}/tables.md"
 

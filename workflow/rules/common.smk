@@ -132,6 +132,19 @@ def table_spec(wildcards):
     return as_json(ex.table_spec(config, wildcards.table), sort_keys=False)
 
 
+def method_check_inputs():
+    return ex.method_check_inputs(config)
+
+
+def method_check_spec():
+    return as_json(ex.method_check_spec(config), sort_keys=False)
+
+
+def method_check_outputs():
+    """The method check, when the config declares effects (for tables.md and rule all)."""
+    return [layout.method_check()] if config.get("method_check", {}).get("effects") else []
+
+
 def training_curves_inputs():
     return ex.training_logs(config)
 

@@ -38,6 +38,7 @@ rule tables_markdown:
     input:
         tables=all_tables(),
         stats=pseudopair_stats_outputs(),
+        method_check=method_check_outputs(),
     output:
         report(layout.tables_markdown(), caption="../report/tables_markdown.rst", category="Tables"),
     log:
@@ -52,9 +53,12 @@ rule tables_markdown:
     params:
         specs=as_json(config["tables"]),
         stats=lambda w, input: ["--pseudopair-stats", input.stats[0]] if input.stats else [],
+        method_check=lambda w, input: (
+            ["--method-check", input.method_check[0]] if input.method_check else []
+        ),
     shell:
         "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output:q} "
-        "{params.stats:q} {input.tables:q} > {log:q} 2>&1"
+        "{params.stats:q} {params.method_check:q} {input.tables:q} > {log:q} 2>&1"
 
 
 rule training_curves:

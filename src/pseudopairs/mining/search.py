@@ -162,6 +162,11 @@ def knearest_means(ctx: SearchContext, k: int, desc: str) -> tuple[np.ndarray, n
     return r_q, r_d
 
 
+def knearest_means_reference(cos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`knearest_means` by brute force on the full float64 cosine matrix."""
+    return topk_mean(-np.sort(-cos, axis=1)[:, :k]), topk_mean(-np.sort(-cos.T, axis=1)[:, :k])
+
+
 def transformed_argmax(ctx: SearchContext, *, transform, err: float, scale: float,
                        exact_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
                        desc: str) -> tuple[np.ndarray, np.ndarray]:

@@ -184,6 +184,11 @@ def _cli_markdown(args: argparse.Namespace) -> None:
     for path in args.tables:
         name = Path(path).stem
         parts.append(markdown_table(name, specs[name], pd.read_csv(path)))
+    if args.method_check:
+        from pseudopairs.report.method_check import markdown_method_check
+
+        parts.append(markdown_method_check(pd.read_csv(args.method_check, keep_default_na=False,
+                                                       na_values=[""])))
     if args.pseudopair_stats:
         parts.append(markdown_pseudopair_stats(pd.read_csv(args.pseudopair_stats, keep_default_na=False,
                                                            na_values=[""])))
@@ -250,5 +255,6 @@ def register_cli(subparsers) -> None:
     cli.add_json(p, "--specs", "the config's tables section")
     p.add_argument("--output", required=True)
     p.add_argument("--pseudopair-stats", default=None, help="results/pseudopair_stats.csv to render too")
+    p.add_argument("--method-check", default=None, help="results/method_check.csv to render too")
     p.add_argument("tables", nargs="+")
     p.set_defaults(func=_cli_markdown)

@@ -6,7 +6,7 @@ import numpy as np
 
 from pseudopairs.mining.criteria import Criterion, Param, register
 from pseudopairs.mining.search import (argmax_reference, column_offset_error, knearest_means,
-                                       subtract_columns, topk_mean, transformed_argmax)
+                                       knearest_means_reference, subtract_columns, transformed_argmax)
 
 
 def search(ctx, params: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -20,9 +20,7 @@ def search(ctx, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def reference(cos: np.ndarray, params: dict) -> tuple[np.ndarray, np.ndarray]:
-    k = params["k"]
-    r_q = topk_mean(-np.sort(-cos, axis=1)[:, :k])
-    r_d = topk_mean(-np.sort(-cos.T, axis=1)[:, :k])
+    r_q, r_d = knearest_means_reference(cos, params["k"])
     return argmax_reference((2.0 * cos - r_q[:, None]) - r_d[None, :])
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from pseudopairs.mining.criteria import Criterion, Param, register
-from pseudopairs.mining.search import (argmax_reference, device_copies, knearest_means, topk_mean,
-                                       transformed_argmax)
+from pseudopairs.mining.search import (argmax_reference, device_copies, knearest_means,
+                                       knearest_means_reference, transformed_argmax)
 from pseudopairs.similarity import U32, is_tensor
 
 
@@ -57,10 +57,8 @@ def search(ctx, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def reference(cos: np.ndarray, params: dict) -> tuple[np.ndarray, np.ndarray]:
-    k = params["k"]
-    r_q = topk_mean(-np.sort(-cos, axis=1)[:, :k])
-    r_d = topk_mean(-np.sort(-cos.T, axis=1)[:, :k])
-    _positive_neighbourhoods(r_q, r_d, k)
+    r_q, r_d = knearest_means_reference(cos, params["k"])
+    _positive_neighbourhoods(r_q, r_d, params["k"])
     return argmax_reference(cos / (0.5 * (r_q[:, None] + r_d[None, :])))
 
 
