@@ -1,0 +1,86 @@
+"""The method check: Welch's t on hand-computed cases, effects read from metrics files with the
+paper's delta taken from the table, pseudopair rows found from the config, the Markdown section."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from pseudopairs import experiments as ex
+from pseudopairs.config import check_config, load_config
+from pseudopairs.report.method_check import markdown_method_check, method_check, welch_t
+
+
+def test_welch_t_hand_computed():
+    # means 12 and 10; sample variances 4 and 2; n 3 and 2: se = sqrt(4/3 + 2/2)
+    assert welch_t([10.0, 12.0, 14.0], [9.0, 11.0]) == pytest.approx(2.0 / math.sqrt(4 / 3 + 2 / 2))
+    assert welch_t([5.0, 5.0], [3.0, 3.0]) == math.inf
+    assert welch_t([3.0, 3.0], [5.0, 5.0]) == -math.inf
+    assert math.isnan(welch_t([5.0, 5.0], [5.0, 5.0])) and math.isnan(welch_t([5.0], [1.0, 2.0]))
+
+
+def _metrics(tmp_path, name, seed, *, en=0.0, de=0.0, en2de=0.0, de2en=0.0):
+    path = tmp_path / f"{name}.{seed}.json"
+    path.write_text(json.dumps({"retrieval": {"en": {"rsum": en}, "de": {"rsum": de}},
+                                "translation": {"en2de": en2de, "de2en": de2en}}))
+    return str(path)
+
+
+def test_effects_use_the_papers_delta_and_welch_t(tmp_path):
+    tables = {"t1": {"kind": "retrieval", "langs": ["en"], "rows": [
+                  {"label": "A", "experiment": "a", "paper": {"en": [1, 1, 300.0]}},
+                  {"label": "B", "experiment": "b", "paper": {"en": [1, 1, 310.5]}}]},
+              "t5": {"kind": "retrieval", "langs": ["en", "de"], "sum_sum": True, "rows": [
+                  {"label": "A", "experiment": "a", "paper": {"sum_sum": 700.0}},
+                  {"label": "P", "experiment": "p"}, {"label": "C", "experiment": "c"}]}}
+    values = {"a": [(100, 50), (102, 52), (104, 54)], "b": [(110, 0), (111, 0), (112, 0)],
+              "p": [(100, 60), (100, 61), (100, 62)], "c": [(90, 50), (90, 50), (90, 50)]}
+    metrics = {name: {str(s): _metrics(tmp_path, name, s, en=en, de=de) for s, (en, de) in enumerate(v, 1)}
+               for name, v in values.items()}
+    spec = {"min_t": 2.0, "tables": tables, "metrics": metrics,
+            "effects": [{"table": "t1", "metric": "en", "better": "b", "worse": "a"},
+                        {"table": "t1", "metric": "en", "better": "a", "worse": "b"}],
+            "pseudopairs": [{"table": "t5", "metric": "sum_sum", "source": "a", "control": "c",
+                             "rows": ["p"]}]}
+    frame = method_check(spec)
+    first = frame.iloc[0]
+    assert first["paper_delta"] == pytest.approx(10.5) and first["ours_delta"] == pytest.approx(9.0)
+    assert first["welch_t"] == pytest.approx(9.0 / math.sqrt(4 / 3 + 1 / 3)) and first["holds"] == "yes"
+    assert frame.iloc[1]["holds"] == "no"       # the reverse claim does not hold
+    vs_source, vs_control = frame.iloc[2], frame.iloc[3]
+    assert (vs_source["kind"], vs_source["ours_delta"], vs_source["holds"]) == ("pseudopairs vs source", 7.0, "")
+    assert math.isnan(vs_source["paper_delta"])   # p has no published number
+    assert vs_control["ours_delta"] == pytest.approx(21.0)
+    assert vs_control["welch_t"] == pytest.approx(21.0 / math.sqrt(1 / 3))  # the control has no spread
+    text = markdown_method_check(frame)
+    assert "1 of 2 of the paper's large effects hold" in text
+    assert "| large effect | t1 | en | b > a | +10.5 | +9.0 | 7.0 | yes |" in text
+    assert "| pseudopairs vs control | t5 | sum_sum | p > c | – | +21.0 | 36.4 | · |" in text
+
+
+def test_the_shipped_method_check_names_the_papers_14_effects_and_the_pseudopair_rows():
+    config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml"))
+    spec = ex.method_check_spec(config)
+    assert len(spec["effects"]) == 14
+    from pseudopairs.report.method_check import paper_value
+
+    deltas = [round(paper_value(spec["tables"][e["table"]], e["better"], e["metric"])
+                    - paper_value(spec["tables"][e["table"]], e["worse"], e["metric"]), 1)
+              for e in spec["effects"]]
+    assert deltas == [6.4, 8.8, 70.4, 13.4, 9.4, 8.5, 17.3, 10.6, 7.5, 8.3, 18.9, 7.9, 7.5, 19.4]
+    table4 = spec["pseudopairs"][0]
+    assert table4["source"] == "de_coco" and "de_coco_pseudo_ft" in table4["rows"]
+    assert "de_coco" not in table4["rows"] and "de_coco_cont" not in table4["rows"]
+    assert spec["metrics"]["de_coco"] == {"1": "results/models/de_coco/seed1/metrics.json",
+                                          "2": "results/models/de_coco/seed2/metrics.json"}
+
+
+def test_an_effect_naming_a_row_the_table_lacks_fails_the_config_check():
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+    config["method_check"]["effects"][0]["better"] = "de_coco"
+    with pytest.raises(ValueError, match="method_check.effects.0.better': 'de_coco' is not a row of table1"):
+        check_config(config)
