@@ -33,6 +33,7 @@ COMMANDS: dict[str, Command] = {
     "extract": Command("data", "pseudopairs.data.download", "unpack a zip/tar archive safely"),
     "read-multi30k": Command("data", "pseudopairs.data.readers", "Multi30K raw files -> caption table"),
     "read-coco": Command("data", "pseudopairs.data.readers", "Karpathy COCO JSON -> caption table"),
+    "select-captions": Command("data", "pseudopairs.data.select", "a data set's subset of images / captions per image"),
     "prepare-text": Command("data", "pseudopairs.data.text", "Moses-prepare a text file"),
     "prepare-captions": Command("data", "pseudopairs.data.text", "Moses-prepare a caption table"),
     "train-truecaser": Command("data", "pseudopairs.data.text", "train a Moses truecaser"),

@@ -62,8 +62,17 @@ def _dataset_errors(datasets: dict, pseudopairs: dict) -> list[str]:
     messages = []
     for name, ds in datasets.items():
         where = f"config key 'datasets.{name}"
-        if "pseudopairs" in ds and "translation" in ds:
-            messages.append(f"{where}': a data set is either pseudopairs or a translation, not both")
+        if sum(key in ds for key in ("pseudopairs", "translation", "select")) > 1:
+            messages.append(f"{where}': a data set is one of pseudopairs, a translation or a "
+                            "selection, not several")
+        if "select" in ds:
+            from pseudopairs.data.select import check_select
+
+            try:
+                check_select(ds["select"], where=f"datasets.{name}.select")
+            except ValueError as err:
+                key, _, why = str(err).partition(": ")
+                messages.append(f"config key '{key}': {why}")
         if "min_percentile" in ds and "pseudopairs" not in ds:
             messages.append(f"{where}.min_percentile': only pseudopair data sets are filtered")
         if "pseudopairs" in ds:

@@ -28,14 +28,24 @@ def dataset(config: dict, name: str) -> dict[str, Any]:
 
 
 def dataset_kind(config: dict, name: str) -> str:
-    """``corpus`` (captions of a corpus), ``pseudopairs`` (mined captions for the queries'
-    images) or ``translation`` (machine-translated captions of another data set)."""
+    """``corpus`` (captions of a corpus), ``selection`` (a corpus' captions restricted to a subset
+    of images or captions per image, :mod:`pseudopairs.data.select`), ``pseudopairs`` (mined
+    captions for the queries' images) or ``translation`` (machine-translated captions of another
+    data set)."""
     ds = dataset(config, name)
     if "pseudopairs" in ds:
         return "pseudopairs"
     if "translation" in ds:
         return "translation"
+    if "select" in ds:
+        return "selection"
     return "corpus"
+
+
+def image_corpus(ds: dict) -> str:
+    """The corpus whose images a data set's captions describe (``images``, default its corpus:
+    the Multi30K translation portion describes the Multi30K images)."""
+    return ds.get("images", ds["corpus"])
 
 
 def known_caption_count(config: dict, name: str, split: str = "train") -> int | None:
@@ -78,14 +88,26 @@ def dataset_files(config: dict, name: str, split: str = "train", *,
         captions = layout.pseudopair_captions(ds["pseudopairs"], seed, ds.get("min_percentile", 0))
     elif kind == "translation":
         captions = layout.translated_captions(name)
+    elif kind == "selection":
+        captions = layout.selected_captions(name)
     else:
         captions = layout.captions(ds["corpus"], split)
     return {
         "name": name,
         "lang": ds["lang"],
         "captions": captions,
-        "features": layout.features(ds["corpus"], split, feature_format(config)),
+        "features": layout.features(image_corpus(ds), split, feature_format(config)),
     }
+
+
+def selection_datasets(config: dict) -> list[str]:
+    return [name for name in config["datasets"] if dataset_kind(config, name) == "selection"]
+
+
+def selection_spec(config: dict, name: str) -> dict[str, Any]:
+    """What the ``select-captions`` job of selection data set ``name`` reads and does."""
+    ds = dataset(config, name)
+    return {"captions": layout.captions(ds["corpus"], "train"), "lang": ds["lang"], "select": ds["select"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,11 +391,13 @@ def training_logs(config: dict) -> list[str]:
 
 def corpora_with_images(config: dict) -> list[str]:
     """Corpora whose images need features: those of the data sets plus the evaluation corpus."""
-    corpora = {ds["corpus"] for ds in config["datasets"].values()}
+    corpora = {image_corpus(ds) for ds in config["datasets"].values()}
     corpora.add(config["evaluation"]["corpus"])
     return sorted(corpora)
 
 
 def text_corpora(config: dict) -> list[str]:
-    """Corpora whose caption tables get prepared: image corpora plus the translation corpus."""
-    return sorted(set(corpora_with_images(config)) | {config["evaluation"]["translation_corpus"]})
+    """Corpora whose caption tables get prepared: those of the data sets, the image corpora and
+    the translation corpus."""
+    corpora = {ds["corpus"] for ds in config["datasets"].values()} | set(corpora_with_images(config))
+    return sorted(corpora | {config["evaluation"]["translation_corpus"]})

@@ -14,6 +14,11 @@ def captions(corpus: str, split: str) -> str:
     return f"{RESULTS}/captions/{corpus}/{split}.parquet"
 
 
+def selected_captions(dataset: str) -> str:
+    """A selection data set's training captions (:mod:`pseudopairs.data.select`)."""
+    return f"{RESULTS}/captions/selected/{dataset}/train.parquet"
+
+
 def images(corpus: str, split: str) -> str:
     return f"{RESULTS}/images/{corpus}/{split}.parquet"
 

@@ -169,6 +169,23 @@ def translation_target_lang(wildcards):
     return ex.dataset(config, wildcards.dataset)["lang"]
 
 
+def selection_source(wildcards):
+    return ex.selection_spec(config, wildcards.dataset)["captions"]
+
+
+def selection_lang(wildcards):
+    return ex.selection_spec(config, wildcards.dataset)["lang"]
+
+
+def selection_select(wildcards):
+    return as_json(ex.selection_spec(config, wildcards.dataset)["select"])
+
+
+def selection_dataset_pattern():
+    names = ex.selection_datasets(config)
+    return "|".join(re.escape(name) for name in names) if names else "$^"
+
+
 def text_langs():
     """Languages whose captions are prepared (truecaser models are trained for these)."""
     langs = {d["lang"] for d in config["datasets"].values()}

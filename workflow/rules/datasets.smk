@@ -1,0 +1,32 @@
+# Selection data sets (config `select`): a corpus' training captions restricted to a seeded
+# subset of images and/or captions per image (paper 004's Half, Bi-overlap, Bi-disjoint and
+# one-caption-per-image samples).
+
+
+# Seconds of work: runs where Snakemake runs, never submitted to a cluster.
+localrules:
+    select_captions,
+
+
+rule select_captions:
+    input:
+        selection_source,
+    output:
+        layout.selected_captions("{dataset}"),
+    log:
+        layout.log("select_captions", "{dataset}"),
+    benchmark:
+        layout.benchmark("select_captions", "{dataset}")
+    wildcard_constraints:
+        dataset=selection_dataset_pattern(),
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        mem_mb=mem_mb("select_captions"),
+        runtime=runtime("select_captions"),
+    params:
+        lang=selection_lang,
+        select=selection_select,
+    shell:
+        "python -m pseudopairs select-captions --captions {input:q} --lang {params.lang:q} "
+        "--select {params.select:q} --dataset {wildcards.dataset:q} --output {output:q} > {log:q} 2>&1"
