@@ -41,7 +41,8 @@ from pseudopairs.translation import train as TR
 from pseudopairs.translation import translate as TL
 from pseudopairs.io import CAPTION_COLUMNS
 from pseudopairs.data.text import prepare_line
-from pseudopairs.world import comparable_captions, parallel_caption, sample_scene
+from pseudopairs.world.generate import comparable_captions, parallel_caption
+from pseudopairs.world.scene import sample_scene
 
 
 def demo_pairs(count: int, *, seed: int) -> tuple[list[str], list[str]]:

@@ -370,7 +370,7 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
     from pseudopairs.evaluation.step import parallel_texts
     from pseudopairs.data.text import prepare_captions
     from pseudopairs.data.vocab import Vocabulary
-    from pseudopairs.world import build_world
+    from pseudopairs.world.generate import build_world
 
     root = tmp_path
     n_test = 40

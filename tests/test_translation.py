@@ -30,7 +30,8 @@ from pseudopairs.translation import train as TR
 from pseudopairs.translation import translate as TL
 from pseudopairs.io import CAPTION_COLUMNS, read_captions
 from pseudopairs.data.text import prepare_line
-from pseudopairs.world import parallel_caption, sample_scene
+from pseudopairs.world.generate import parallel_caption
+from pseudopairs.world.scene import sample_scene
 
 torch.set_num_threads(1)
 

@@ -13,13 +13,15 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from pseudopairs import world
 from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS
-from pseudopairs.world_grammar import (KIND_NOUNS, BackgroundMention, CaptionSpec, GermanNoun,
-                                       Mention, ObjectGroup, english_noun_phrase,
-                                       english_object_phrase, german_noun_phrase,
-                                       german_object_phrase, german_prepositional_phrase,
-                                       kind_words, realise, sample_caption_spec)
+from pseudopairs.world import content, english, generate, german, render
+from pseudopairs.world import scene as scenes
+from pseudopairs.world.english import english_noun_phrase, english_object_phrase
+from pseudopairs.world.german import (GermanNoun, german_noun_phrase, german_object_phrase,
+                                      german_prepositional_phrase)
+from pseudopairs.world.grammar import (NOUN_VARIANTS, BackgroundMention, CaptionSpec, Mention,
+                                       ObjectGroup, kind_words, realise, sample_caption_spec)
+from pseudopairs.world.settings import WorldSettings
 
 SETTINGS = {"seed": 7, "image_size": 64, "captions_per_image": 5,
             "images": {"m30k": {"train": 6, "val": 3, "test": 3},
@@ -147,22 +149,20 @@ GERMAN_ADJECTIVES = {
 def test_german_lexicon_genders_and_plurals():
     """Every noun the German grammar uses has the dictionary gender and plural; every adjective
     is declinable (no lila/rosa) and takes the regular endings."""
-    from pseudopairs import world_grammar as G
-
-    kind_nouns = {de.singular: de for pairs in KIND_NOUNS.values() for _, de in pairs}
+    G = german
+    kind_nouns = {de.singular: de for nouns in german.KIND_NOUNS.values() for de in nouns}
     assert set(kind_nouns) == set(GERMAN_KIND_NOUNS)
     for word, noun in kind_nouns.items():
         gender, plural, dative_plural = GERMAN_KIND_NOUNS[word]
         assert (noun.gender, noun.plural) == (gender, plural), word
         assert noun.form(plural=True, case="dat") == dative_plural, word
         assert noun.form(plural=True, case="acc") == plural and noun.form(plural=False, case="dat") == word
-    singular = {ph.de_noun.singular: ph.de_noun for phrases in G.BACKGROUND_PHRASES.values()
-                for ph in phrases}
-    singular.update({noun.singular: noun for noun, _ in G._PICTURE_DE})
+    singular = {noun.singular: noun for phrases in G.BACKGROUNDS.values() for _, noun in phrases}
+    singular.update({noun.singular: noun for noun, _ in G.PICTURE})
     assert {w: n.gender for w, n in singular.items()} == GERMAN_SINGULAR_NOUNS
 
-    used = {de for _, de in G.COLOURS.values()} | {de for pairs in G.SIZES.values() for _, de in pairs}
-    used |= {pair[1] for pair in G.TEXTURES.values() if pair is not None}
+    used = set(G.COLOURS.values()) | {de for words in G.SIZES.values() for de in words}
+    used |= set(G.TEXTURES.values())
     assert used == set(GERMAN_ADJECTIVES)
     for base, strong in GERMAN_ADJECTIVES.items():
         assert german_noun_phrase(GermanNoun("Ball", "Bälle", "m"), adjectives=[base],
@@ -193,7 +193,7 @@ PARADIGM = {
 @pytest.mark.parametrize("article, gender", sorted(PARADIGM))
 def test_german_paradigm(article, gender):
     word = PARADIGM[(article, gender)][0].split()[-1]
-    noun = next(de for pairs in KIND_NOUNS.values() for _, de in pairs
+    noun = next(de for nouns in german.KIND_NOUNS.values() for de in nouns
                 if word in (de.singular, de.plural))
     count = 2 if gender == "pl" else 1
     for case, expected in zip(("nom", "acc", "dat"), PARADIGM[(article, gender)]):
@@ -209,7 +209,7 @@ def test_phrase_errors():
     with pytest.raises(ValueError, match="gender"):
         GermanNoun("Ding", "Dinge", "x")
     with pytest.raises(ValueError, match="no plural"):
-        english_noun_phrase(KIND_NOUNS["ball"][0][0], count=2, article="a")
+        english_noun_phrase(english.KIND_NOUNS["ball"][0], count=2, article="a")
 
 
 GROUPS = (ObjectGroup("box", "red", "large", "striped", 2),
@@ -265,7 +265,7 @@ def test_sampled_specs_are_well_formed():
     template without a background."""
     rng = np.random.default_rng(0)
     for i in range(300):
-        scene = world.sample_scene(rng, corpus=("m30k", "coco")[i % 2], image_size=64)
+        scene = scenes.sample_scene(rng, corpus=("m30k", "coco")[i % 2], image_size=64)
         spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background)
         assert 1 <= len(spec.mentions) <= 3
         assert len({m.group for m in spec.mentions}) == len(spec.mentions)
@@ -282,13 +282,13 @@ def test_captions_vary_in_wording_and_attributes():
     """Over many scenes every template and wording frame is used, and each attribute (colour,
     size, texture, exact number, background) is mentioned in some captions and left out in
     others."""
-    from pseudopairs.world_grammar import TEMPLATES
+    from pseudopairs.world.grammar import TEMPLATES
 
     rng = np.random.default_rng(3)
     frames, said, possible = set(), dict.fromkeys(("colour", "size", "texture", "number"), 0), 0
     backgrounds = 0
     for i in range(600):
-        scene = world.sample_scene(rng, corpus=("m30k", "coco")[i % 2], image_size=64)
+        scene = scenes.sample_scene(rng, corpus=("m30k", "coco")[i % 2], image_size=64)
         spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background)
         frames.add((spec.template, spec.frame))
         backgrounds += spec.background is not None
@@ -313,7 +313,7 @@ def _build(base: Path, settings: dict) -> Path:
     cwd = os.getcwd()
     os.chdir(base)
     try:
-        world.build_world(settings, Path("results"))
+        generate.build_world(settings, Path("results"))
     finally:
         os.chdir(cwd)
     return base / "results"
@@ -406,14 +406,14 @@ def test_caption_tables(worlds):
 
 def _kinds_in_text(text: str, lang: str) -> set[str]:
     tokens = set(re.findall(r"\w+", text))
-    return {k for k in KIND_NOUNS if tokens & kind_words(k, lang)}
+    return {k for k in NOUN_VARIANTS if tokens & kind_words(k, lang)}
 
 
 def test_distribution_shift(worlds):
     root = worlds[0]
     manifest = json.loads((root / "world/manifest.json").read_text())
-    coco_only = set(world.kinds_of("coco")) - set(world.kinds_of("m30k"))
-    m30k_only = set(world.kinds_of("m30k")) - set(world.kinds_of("coco"))
+    coco_only = set(content.kinds_of("coco")) - set(content.kinds_of("m30k"))
+    m30k_only = set(content.kinds_of("m30k")) - set(content.kinds_of("coco"))
     assert coco_only and m30k_only
     for corpus, banned in (("m30k", coco_only), ("coco", m30k_only)):
         for split in ("train", "val", "test"):
@@ -425,7 +425,7 @@ def test_distribution_shift(worlds):
                     assert not _kinds_in_text(text, lang) & banned, text
     # the tables themselves, at a larger size than the fixture: shift is visible
     rng = np.random.default_rng(1)
-    bgs = {c: [world.sample_scene(rng, corpus=c, image_size=64).background for _ in range(400)]
+    bgs = {c: [scenes.sample_scene(rng, corpus=c, image_size=64).background for _ in range(400)]
            for c in ("m30k", "coco")}
     assert bgs["m30k"].count("lawn") > 1.5 * bgs["coco"].count("lawn")
     assert bgs["coco"].count("road") > 1.5 * bgs["m30k"].count("road")
@@ -449,21 +449,21 @@ def test_regenerated_image_matches_files(worlds):
     """An image regenerated on its own (any order) equals the files; task1 En and De come from
     one spec, and the comparable captions mention each described object's kind word."""
     root = worlds[0]
-    cfg = world.WorldSettings.from_dict(SETTINGS)
+    cfg = WorldSettings.from_dict(SETTINGS)
     manifest = json.loads((root / "world/manifest.json").read_text())
     for split, index in (("val", 2), ("train", 4), ("test", 0)):
-        item = world.generate_image(cfg, "m30k", split, index)
+        item = generate.generate_image(cfg, "m30k", split, index)
         record = manifest["scenes"]["m30k"][split][index]
         assert record["image_id"] == item.image_id
         assert {k: v for k, v in record.items() if k not in ("image_id", "path")} == item.scene.to_json()
         assert sum(o["count"] for o in record["objects"]) == sum(len(o["boxes"]) for o in record["objects"])
         png = np.asarray(Image.open(root.parent / record["path"]))
-        assert np.array_equal(png, np.asarray(world.render_scene(item.scene, image_size=64)))
+        assert np.array_equal(png, np.asarray(render.render_scene(item.scene, image_size=64)))
 
         task1 = pd.read_parquet(root / f"captions/raw/m30k_task1/{split}.parquet")
         rows = task1[task1["image_id"] == item.image_id].set_index("lang")["raw"]
-        spec, en, de = world.parallel_caption(
-            item.scene, rng=world.image_rng(7, "m30k", split, index, "task1"))
+        spec, en, de = generate.parallel_caption(
+            item.scene, rng=scenes.image_rng(7, "m30k", split, index, "task1"))
         assert (rows["en"], rows["de"]) == (en, de)
         kw = dict(groups=item.scene.groups, background=item.scene.background,
                   background_colour=item.scene.background_colour)
@@ -471,8 +471,8 @@ def test_regenerated_image_matches_files(worlds):
 
         caps = pd.read_parquet(root / f"captions/raw/m30k/{split}.parquet")
         for lang in ("en", "de"):
-            pairs = world.comparable_captions(
-                item.scene, rng=world.image_rng(7, "m30k", split, index, f"captions.{lang}"),
+            pairs = generate.comparable_captions(
+                item.scene, rng=scenes.image_rng(7, "m30k", split, index, f"captions.{lang}"),
                 lang=lang, n=5)
             table = caps[(caps["image_id"] == item.image_id) & (caps["lang"] == lang)]["raw"].tolist()
             assert [t for _, t in pairs] == table
@@ -485,12 +485,12 @@ def test_regenerated_image_matches_files(worlds):
 def test_en_and_de_comparable_not_parallel(worlds):
     """Comparable captions are drawn independently: the De captions are not the translations
     of the En ones (differ from the realisation of the En specs)."""
-    cfg = world.WorldSettings.from_dict(SETTINGS)
+    cfg = WorldSettings.from_dict(SETTINGS)
     same = 0
     for index in range(6):
-        item = world.generate_image(cfg, "m30k", "train", index)
-        pairs = world.comparable_captions(
-            item.scene, rng=world.image_rng(7, "m30k", "train", index, "captions.en"), lang="en", n=5)
+        item = generate.generate_image(cfg, "m30k", "train", index)
+        pairs = generate.comparable_captions(
+            item.scene, rng=scenes.image_rng(7, "m30k", "train", index, "captions.en"), lang="en", n=5)
         kw = dict(groups=item.scene.groups, background=item.scene.background,
                   background_colour=item.scene.background_colour)
         same += sum(realise(spec, lang="de", **kw) == de for (spec, _), de in zip(pairs, item.captions["de"]))
@@ -499,8 +499,8 @@ def test_en_and_de_comparable_not_parallel(worlds):
 
 def test_smaller_rebuild_removes_stale_pngs(tmp_path):
     small = {**SETTINGS, "images": {"coco": {"train": 2, "val": 1, "test": 1}}}
-    world.build_world({**small, "images": {"coco": {"train": 4, "val": 1, "test": 1}}}, tmp_path)
-    world.build_world(small, tmp_path)
+    generate.build_world({**small, "images": {"coco": {"train": 4, "val": 1, "test": 1}}}, tmp_path)
+    generate.build_world(small, tmp_path)
     assert len(list((tmp_path / "world/images/coco").glob("*.png"))) == 4
 
 
@@ -508,21 +508,21 @@ def test_smaller_rebuild_removes_stale_pngs(tmp_path):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({**SETTINGS, "colour": 3}, "unknown key"),
-    ({k: v for k, v in SETTINGS.items() if k != "seed"}, "missing required key 'seed'"),
+    ({**SETTINGS, "colour": 3}, "world: unknown setting(s) world.colour"),
+    ({k: v for k, v in SETTINGS.items() if k != "seed"}, "world.seed: required setting missing"),
     ({**SETTINGS, "image_size": 8}, "world.image_size"),
     ({**SETTINGS, "images": {"flickr": {"train": 1, "val": 1, "test": 1}}}, "unknown corpus 'flickr'"),
     ({**SETTINGS, "images": {"m30k": {"train": 1, "val": 1}}}, "world.images.m30k"),
-    ({**SETTINGS, "captions_per_image": "5"}, "world.captions_per_image must be an integer"),
+    ({**SETTINGS, "captions_per_image": "5"}, "world.captions_per_image: must be an integer in [1, 10]"),
 ])
 def test_settings_errors(settings, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        world.WorldSettings.from_dict(settings)
+        WorldSettings.from_dict(settings)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    world.register_cli(parser.add_subparsers(dest="command"))
+    generate.register_cli(parser.add_subparsers(dest="command"))
     return parser
 
 
@@ -542,14 +542,14 @@ def test_cli(tmp_path, capsys):
 def test_parallel_text_for_the_demo_mt_model(tmp_path):
     settings = {"seed": 3, "images": {"m30k": {"train": 1, "val": 1, "test": 1}},
                 "parallel": {"train": 40, "val": 5}}
-    assert world.write_parallel_text(settings, tmp_path) == {"train": 40, "val": 5}
+    assert generate.write_parallel_text(settings, tmp_path) == {"train": 40, "val": 5}
     lines = {(s, l): (tmp_path / "world" / "parallel" / f"{s}.{l}").read_text().splitlines()
              for s in ("train", "val") for l in ("en", "de")}
     assert [len(lines[s, l]) for s in ("train", "val") for l in ("en", "de")] == [40, 40, 5, 5]
     # each line pair is one caption spec realised in both languages: the same objects are named
     for en, de in zip(lines["train", "en"], lines["train", "de"]):
         assert en[0].isupper() and en.endswith(".") and de[0].isupper() and de.endswith(".")
-    from pseudopairs.world_grammar import kind_words
+
     both = 0
     for en, de in zip(lines["train", "en"], lines["train", "de"]):
         en_words, de_words = set(re.findall(r"\w+", en.lower())), set(re.findall(r"\w+", de.lower()))
@@ -559,9 +559,9 @@ def test_parallel_text_for_the_demo_mt_model(tmp_path):
                 assert {w.lower() for w in kind_words(kind, "de")} & de_words, (en, de)
     assert both > 0   # scenes of both corpora (kites/fish only in coco, flags/eggs only in m30k)
     # pair k does not depend on how many pairs are asked for
-    bigger = world.parallel_pairs(world.WorldSettings.from_dict({**settings, "parallel": {"train": 50}}), "train")
+    bigger = generate.parallel_pairs(WorldSettings.from_dict({**settings, "parallel": {"train": 50}}), "train")
     assert [p[0] for p in bigger[:40]] == lines["train", "en"]
     with pytest.raises(ValueError, match="world.parallel must map some of"):
-        world.WorldSettings.from_dict({**settings, "parallel": {"test": 3}})
+        WorldSettings.from_dict({**settings, "parallel": {"test": 3}})
     with pytest.raises(ValueError, match="no parallel text asked for"):
-        world.write_parallel_text({**settings, "parallel": {}}, tmp_path)
+        generate.write_parallel_text({**settings, "parallel": {}}, tmp_path)

@@ -27,8 +27,8 @@ class Command(NamedTuple):
 # The pipeline's commands, by stage, in DAG order (tests check that each module registers
 # exactly the commands listed for it).
 COMMANDS: dict[str, Command] = {
-    "world": Command("data", "pseudopairs.world", "generate the offline demo world (images, captions)"),
-    "world-parallel": Command("data", "pseudopairs.world", "parallel En-De text of the demo world"),
+    "world": Command("data", "pseudopairs.world.generate", "generate the offline demo world (images, captions)"),
+    "world-parallel": Command("data", "pseudopairs.world.generate", "parallel En-De text of the demo world"),
     "download": Command("data", "pseudopairs.data.download", "fetch a URL resumably, verify its SHA-256"),
     "extract": Command("data", "pseudopairs.data.download", "unpack a zip/tar archive safely"),
     "read-multi30k": Command("data", "pseudopairs.data.readers", "Multi30K raw files -> caption table"),

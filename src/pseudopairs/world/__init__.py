@@ -1,0 +1,26 @@
+"""The offline demo world (DESIGN §5): rendered scenes of coloured objects with English and German
+captions from a grammar.
+
+Two corpora:
+
+- ``m30k``: Multi30K-like; per image 5 English + 5 German captions drawn independently
+  (comparable, like task2), plus ``m30k_task1``: one English caption and its exact German
+  translation per image (parallel, like task1), over the same images;
+- ``coco``: COCO-like, English only, scenes from a shifted distribution: some object kinds occur
+  only in ``coco`` (kite, fish), some only in ``m30k`` (flag, egg), and the proportions of kinds and
+  backgrounds differ.
+
+The random-weight ResNet50 used for the demo's features keeps colour well, shape weakly and
+position not at all, so every kind has a characteristic silhouette and aspect ratio, a small set
+of textures and a palette, objects are drawn large, and captions talk about kind, colour, size,
+texture, count and background, never positions.
+
+Everything is a pure function of the seed: each image draws from its own generator derived from
+(seed, corpus, split, index, purpose), so results do not depend on generation order or on the
+sizes of other splits.
+
+Modules: :mod:`~.content` (what the world shows), :mod:`~.settings` (the ``world`` section),
+:mod:`~.scene` (drawing scenes), :mod:`~.render` (images), :mod:`~.grammar` (caption specs and the
+registry of languages), one module per language (:mod:`~.english`, :mod:`~.german`), and
+:mod:`~.generate` (the ``world`` and ``world-parallel`` steps).
+"""

@@ -1,0 +1,59 @@
+"""The config's ``world`` section (the offline demo world)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pseudopairs.settings import Settings, setting
+
+SPLITS = ("train", "val", "test")
+CORPORA = ("m30k", "coco")
+PARALLEL_SPLITS = ("train", "val")  # the parallel text of the demo MT model
+
+
+def _counts(value: Any, *, key: str, keys: tuple[str, ...], exact: bool, high: int) -> dict[str, int]:
+    if not isinstance(value, Mapping) or (set(value) != set(keys) if exact else not set(value) <= set(keys)):
+        which = "exactly" if exact else "some of"
+        raise ValueError(f"{key} must map {which} {list(keys)} to numbers, got {value!r}")
+    out = {}
+    for name in keys:
+        if name in value:
+            n = value[name]
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= high:
+                raise ValueError(f"{key}.{name} must be an integer in [1, {high}], got {n!r}")
+            out[name] = n
+    return out
+
+
+@dataclass(frozen=True)
+class WorldSettings(Settings):
+    """Sizes and randomness of the demo world."""
+
+    SECTION = "world"
+
+    seed: int = setting(kind=int, low=0, doc="every random choice of the world derives from it")
+    images: dict = setting(kind=dict, doc="corpus (m30k, coco) -> {train, val, test} image counts")
+    image_size: int = setting(112, kind=int, low=32, high=1024, doc="rendered PNG side in pixels")
+    captions_per_image: int = setting(5, kind=int, low=1, high=10, doc="per image and language")
+    max_groups: int = setting(3, kind=int, low=1, high=3, doc="distinct kinds per scene")
+    max_count: int = setting(3, kind=int, low=1, high=9, doc="objects per group")
+    max_objects: int = setting(6, kind=int, low=1, high=27, doc="objects per scene")
+    parallel: dict = setting({}, kind=dict, doc="split (train, val) -> sentence pairs of the MT model's text")
+
+    def check(self) -> None:
+        if not self.images:
+            raise self.bad("images", "must map corpus names to {train, val, test} sizes")
+        for corpus, sizes in self.images.items():
+            if corpus not in CORPORA:
+                raise self.bad("images", f"unknown corpus {corpus!r}; expected {list(CORPORA)}")
+            try:
+                _counts(sizes, key=f"world.images.{corpus}", keys=SPLITS, exact=True, high=999_999)
+            except ValueError as err:
+                raise self.bad("images", str(err)) from None
+        try:
+            _counts(self.parallel, key="world.parallel", keys=PARALLEL_SPLITS, exact=False, high=9_999_999)
+        except ValueError as err:
+            raise self.bad("parallel", str(err)) from None
+        if self.max_objects < self.max_groups:
+            raise self.bad("max_objects", f"must be ≥ world.max_groups ({self.max_groups})")
