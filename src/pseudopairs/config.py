@@ -333,6 +333,12 @@ def check_config(config: dict[str, Any], schema: dict | None = None) -> dict[str
     """Validate ``config`` in place (filling schema defaults); raise :class:`ConfigError` listing
     every problem, each naming its key."""
     schema = load_schema() if schema is None else schema
+    from pseudopairs.rounds import expand_rounds
+
+    try:  # iterated bootstrapping: the generated entries are checked like any other
+        expand_rounds(config)
+    except ValueError as err:
+        raise ConfigError(f"invalid configuration:\n  {err}") from None
     messages = _schema_errors(config, schema)
     if not messages:
         messages = _reference_errors(config)

@@ -21,7 +21,7 @@ wildcard_constraints:
     experiment="[A-Za-z0-9][A-Za-z0-9_-]*",
     seed="[0-9]+",
     lang="[a-z]{2}",
-    table="table[0-9]+",
+    table="table[A-Za-z0-9_]*",
     pseudopairs="[A-Za-z0-9][A-Za-z0-9_.-]*",
     percentile="[0-9]+(\\.[0-9]+)?",
 
