@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sys
 import types
 from pathlib import Path
@@ -24,6 +25,7 @@ from pseudopairs import cli
 from pseudopairs.translation import transformer as M
 from pseudopairs.translation import checkpoint as CK
 from pseudopairs.translation import convert as CV
+from pseudopairs.translation import score as SC
 from pseudopairs.translation import settings as TS
 from pseudopairs.translation import text as TX
 from pseudopairs.translation import train as TR
@@ -235,6 +237,173 @@ def test_cli_reports_bad_settings(tmp_path, capsys):
                 "--source-valid", str(src), "--target-valid", str(src), "--settings", "{oops",
                 "--output-dir", str(tmp_path / "out"))
     assert exit.value.code == 2 and "--settings: not valid JSON" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# train-mt: resumable training state, gzipped text
+
+
+# 3 batches per epoch (batch_tokens 64), so the kill after the second save (update 20) falls in
+# the middle of an epoch, with a partial loss sum (log_every 7) and dropout drawing random numbers.
+RESUMABLE = {**MEMORISE, "max_steps": 40, "dropout": 0.1, "batch_tokens": 64, "log_every": 7,
+             "checkpoint_every": 10}
+OUTPUT_FILES = ("model.pt", "sentencepiece.model", "bleu.json", "valid.hyp.txt", "train_log.csv")
+
+
+@pytest.fixture(scope="module")
+def parallel_files(tmp_path_factory, pairs):
+    root = tmp_path_factory.mktemp("parallel")
+    return (write_lines(root / "train.en", [en for en, _ in pairs]),
+            write_lines(root / "train.de", [de for _, de in pairs]))
+
+
+def train_resumable(parallel_files, output_dir: Path, **overrides):
+    src, tgt = parallel_files
+    return TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
+                       settings=TS.TrainSettings.from_dict({**RESUMABLE, **overrides}),
+                       output_dir=output_dir, progress=False)
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory, parallel_files):
+    """An uninterrupted run of the RESUMABLE settings."""
+    out = tmp_path_factory.mktemp("straight") / "model"
+    train_resumable(parallel_files, out)
+    assert not TR.state_path(out).exists()  # a finished run removes its state
+    return out
+
+
+def kill_after_saves(monkeypatch, saves: int) -> list[int]:
+    """Make train-mt die (as Ctrl-C would) right after its ``saves``-th saved state."""
+    real_save = TR._save_state
+    steps: list[int] = []
+
+    def dying_save(path, key, sp_bytes, snapshot):
+        real_save(path, key, sp_bytes, snapshot)
+        steps.append(snapshot["loop"]["step"])
+        if len(steps) == saves:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(TR, "_save_state", dying_save)
+    return steps
+
+
+def assert_same_outputs(a: Path, b: Path) -> None:
+    for name in OUTPUT_FILES:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_killed_training_resumes_to_the_same_model(tmp_path, parallel_files, straight_run, monkeypatch, caplog):
+    out = tmp_path / "model"
+    steps = kill_after_saves(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        train_resumable(parallel_files, out)
+    assert steps == [10, 20]
+    # nothing but the resumable state: no output directory, no hidden staging directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.state.pt"]
+    state = torch.load(TR.state_path(out), weights_only=True)
+    loop = state["training"]["loop"]
+    assert (loop["step"], loop["epoch"], loop["position"], loop["finished"]) == (20, 7, 2, False)
+    assert loop["running_tokens"] > 0  # a loss sum carried over the kill
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO, logger="pseudopairs.translation.train"):
+        bleu = train_resumable(parallel_files, out)
+    assert "at update 20" in caplog.text
+    assert json.loads((out / "settings.json").read_text())["resumed_from_step"] == 20
+    assert json.loads((straight_run / "settings.json").read_text())["resumed_from_step"] is None
+    assert_same_outputs(out, straight_run)  # same bytes: weights, log, BLEU, translations
+    assert bleu == json.loads((straight_run / "bleu.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the state is gone
+
+
+def test_a_changed_input_or_setting_starts_afresh(tmp_path, parallel_files, straight_run, monkeypatch, caplog):
+    out = tmp_path / "model"
+    kill_after_saves(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        train_resumable(parallel_files, out)
+    monkeypatch.undo()
+    # checkpoint_every does not change the result (a state saved with another one is resumed);
+    # every other setting, the thread count included, does
+    src, tgt = parallel_files
+    inputs = {"source_train": src, "target_train": tgt, "source_valid": src, "target_valid": tgt}
+
+    def key(**overrides):
+        return TR.run_key(TS.TrainSettings.from_dict({**RESUMABLE, **overrides}), inputs)
+
+    assert key() == key(checkpoint_every=3)
+    assert key() != key(lr=1e-3) and key() != key(threads=2)
+    # the same content with another modification time is another input
+    stat = src.stat()
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    with caplog.at_level(logging.INFO, logger="pseudopairs.translation.train"):
+        train_resumable(parallel_files, out)
+    assert "saved for other inputs or settings; starting afresh" in caplog.text
+    assert json.loads((out / "settings.json").read_text())["resumed_from_step"] is None
+    assert_same_outputs(out, straight_run)
+    assert not TR.state_path(out).exists()
+    # an unreadable state is recomputed, not fatal
+    TR.state_path(out).write_bytes(b"not a checkpoint")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pseudopairs.translation.train"):
+        train_resumable(parallel_files, out, max_steps=5)
+    assert "is unreadable" in caplog.text and not TR.state_path(out).exists()
+
+
+def test_a_failed_run_keeps_its_state_and_leaves_no_staging_directory(tmp_path, parallel_files, straight_run,
+                                                                      monkeypatch):
+    out = tmp_path / "model"
+    leftover = tmp_path / ".model.k1ll3d_x.tmp"  # the staging directory of a run killed long ago
+    leftover.mkdir()
+    (leftover / "model.pt").write_bytes(b"half")
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(M, "opennmt_checkpoint", broken)  # fails while the outputs are written
+    with pytest.raises(OSError, match="no space left"):
+        train_resumable(parallel_files, out)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.state.pt"]
+    assert torch.load(TR.state_path(out), weights_only=True)["training"]["loop"]["finished"]
+    train_resumable(parallel_files, out)  # writes the outputs without training again
+    assert json.loads((out / "settings.json").read_text())["resumed_from_step"] == RESUMABLE["max_steps"]
+    assert_same_outputs(out, straight_run)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_no_state_is_saved_with_checkpoint_every_null(tmp_path, parallel_files, monkeypatch):
+    saves = kill_after_saves(monkeypatch, 1)
+    train_resumable(parallel_files, tmp_path / "model", checkpoint_every=None, max_steps=5)
+    assert saves == [] and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_text_readers_read_gzip_by_its_magic_bytes(tmp_path):
+    import bz2
+    import gzip
+
+    lines = ["ein Hund läuft .", "", "zwei Katzen\tschlafen ."]
+    plain = write_lines(tmp_path / "a.de", lines)
+    packed = tmp_path / "a.de.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    unnamed = tmp_path / "b.de"  # gzip without the suffix
+    unnamed.write_bytes(packed.read_bytes())
+    assert TX.read_text_lines(packed) == TX.read_text_lines(unnamed) == TX.read_text_lines(plain) == lines
+    members = tmp_path / "c.de.gz"  # two gzip members (cat a.gz b.gz)
+    members.write_bytes(gzip.compress(b"eins\n") + gzip.compress(b"zwei\n"))
+    assert TX.read_text_lines(members) == ["eins", "zwei"]
+    assert TX.read_parallel(packed, plain) == (lines, lines)
+    (tmp_path / "bad.gz").write_bytes(packed.read_bytes()[:-12])
+    with pytest.raises(ValueError, match=r"bad\.gz: corrupt or truncated gzip file"):
+        TX.read_text_lines(tmp_path / "bad.gz")
+    (tmp_path / "latin1.gz").write_bytes(gzip.compress("ok\nstraße\n".encode("latin-1")))
+    with pytest.raises(ValueError, match=r"latin1\.gz \(gunzipped\): line 2: invalid UTF-8 at byte 4"):
+        TX.read_text_lines(tmp_path / "latin1.gz")
+    (tmp_path / "a.bz2").write_bytes(bz2.compress(plain.read_bytes()))
+    with pytest.raises(ValueError, match=r"a\.bz2: a bzip2 file, not text"):
+        TX.read_text_lines(tmp_path / "a.bz2")
+    TX.write_text_lines(tmp_path / "out.de.gz", ["a\nb", "c"])
+    assert TX.read_text_lines(tmp_path / "out.de.gz") == ["a b", "c"]
+    assert (tmp_path / "out.de.gz").read_bytes()[:2] == TX.GZIP_MAGIC
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,3 +784,147 @@ def test_translate_captions_needs_no_torch(captions, converted, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(read_captions(output)) == 9
+
+
+# ---------------------------------------------------------------------------------------------
+# translate-captions on plain text
+
+
+@pytest.fixture()
+def text_captions(tmp_path, pairs) -> Path:
+    """English sentences one per line, gzip-compressed: an empty line, a very long one."""
+    import gzip
+
+    long = " ".join(en.rstrip(".") for en, _ in pairs[:6]) + "."
+    lines = [pairs[0][0], "", pairs[1][0], long, pairs[2][0], "   ", pairs[3][0]]
+    path = tmp_path / "text" / "captions.en.gz"
+    path.parent.mkdir()
+    path.write_bytes(gzip.compress("".join(line + "\n" for line in lines).encode("utf-8")))
+    return path
+
+
+def test_plain_text_translates_line_for_line(text_captions, converted, tmp_path, pairs, caplog):
+    output = tmp_path / "out" / "captions.de"
+    source = TX.read_text_lines(text_captions)
+    lengths = [len(p) for p in CV.open_model_dir(converted).source_tokenizer.encode(source)]
+    limit = sorted(lengths)[-2]  # the long line is the longest by far
+    with caplog.at_level(logging.WARNING, logger="pseudopairs.translation.translate"):
+        run = translate(text_captions, output, converted, max_input_tokens=limit)
+    out = TX.read_text_lines(output)
+    assert len(out) == len(source) == run.rows == 7
+    assert (run.empty, run.truncated) == (2, 1) and "(first: line 4)" in caplog.text
+    assert out[1] == out[5] == ""
+    keep = [0, 2, 4, 6]
+    assert [out[i] for i in keep] == ct2_greedy(converted, [source[i] for i in keep])
+    assert [out[i] for i in keep] == [pairs[i][1] for i in range(4)]  # the raw translations
+    sidecar = json.loads(output.with_suffix(".json").read_text())
+    assert sidecar["input"] == "text" and sidecar["dataset"] is None and sidecar["case"] is None
+    assert sidecar["counts"]["rows"] == 7 and sidecar["model_id"] == "tiny-demo"
+    assert not (output.parent / "captions.de.chunks").exists()
+    # with --case the lines are Moses-prepared, as captions are; a .gz output is compressed
+    prepared = tmp_path / "out" / "captions.prepared.de.gz"
+    assert run_cli("translate-captions", "--model", str(converted), "--captions", str(text_captions),
+                   "--source-lang", "en", "--target-lang", "de", "--output", str(prepared),
+                   "--case", "lowercase", "--settings", json.dumps({**TRANSLATE, "max_input_tokens": limit}),
+                   "--no-progress") == 0
+    assert prepared.read_bytes()[:2] == TX.GZIP_MAGIC
+    assert TX.read_text_lines(prepared) == [prepare_line(r, lang="de") for r in out]
+
+
+def test_plain_text_and_table_outputs_are_checked(text_captions, captions, converted, tmp_path, capsys):
+    with pytest.raises(ValueError, match="the input .*captions.en.gz is plain text, so the output is plain text"):
+        translate(text_captions, tmp_path / "o.parquet", converted)
+    with pytest.raises(ValueError, match="--output must be a .parquet caption table"):
+        translate(captions, tmp_path / "o.de", converted)
+    with pytest.raises(ValueError, match="--dataset must name the data set"):
+        TL.translate_captions(captions, tmp_path / "o.parquet", model_dir=converted, source_lang="en",
+                              target_lang="de", settings=TS.TranslateSettings.from_dict(TRANSLATE))
+    with pytest.raises(FileNotFoundError, match="captions not found: .*nothing.en"):
+        translate(tmp_path / "nothing.en", tmp_path / "o.de", converted)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("o.")]
+
+
+def test_translate_captions_help_describes_both_inputs(capsys):
+    with pytest.raises(SystemExit):
+        run_cli("translate-captions", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "caption table a .parquet caption table" in text
+    assert "plain text any other file: UTF-8, one sentence per line, optionally gzip-compressed" in text
+    assert "--dataset" in text and "required for a caption table" in text
+    doc = " ".join(TL.translate_captions.__doc__.split())
+    assert "A **caption table**" in doc and "**Plain text**" in doc
+
+
+# ---------------------------------------------------------------------------------------------
+# score-mt
+
+
+def test_score_mt_on_the_memorised_pairs(trained, converted, pairs):
+    src, tgt = trained.parent / "train.en", trained.parent / "train.de"
+    result = SC.score_mt(model_dir=converted, source=src, reference=tgt,
+                         settings=TS.TranslateSettings.from_dict(TRANSLATE), command="test")
+    output = converted.with_name("model.train.bleu.json")  # beside the model directory
+    assert json.loads(output.read_text()) == result
+    assert result["bleu"] == 100.0 and result["sentences"] == len(pairs)
+    assert result["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert result["model_id"] == "tiny-demo" and result["settings"]["beam_size"] == 1
+    assert result["compute_type"] == "float32" and result["device"] == "cpu"
+    assert result["counts"]["sentences"] == len(pairs) and result["counts"]["empty"] == 0
+    # the same numbers as train-mt's greedy decoding of the PyTorch model on these pairs
+    bleu = json.loads((trained / "bleu.json").read_text())
+    assert {k: result[k] for k in ("bleu", "precisions", "sys_len", "ref_len")} == \
+        {k: bleu[k] for k in ("bleu", "precisions", "sys_len", "ref_len")}
+
+
+def test_score_mt_command_with_the_pipeline_settings(converted, pairs, tmp_path, capsys):
+    import gzip
+
+    src, tgt = tmp_path / "test.en.gz", tmp_path / "test.de"
+    novel = world_pairs(8, seed=11)
+    src.write_bytes(gzip.compress("".join(en + "\n" for en, _ in pairs + novel).encode()))
+    write_lines(tgt, [de for _, de in pairs + novel])
+    output, hypotheses = tmp_path / "bleu.json", tmp_path / "test.hyp.de"
+    settings = {"device": "cpu", "chunk_size": 7}  # otherwise the defaults: beam 5, int8
+    assert run_cli("score-mt", "--model", str(converted), "--source", str(src), "--reference", str(tgt),
+                   "--output", str(output), "--hypotheses", str(hypotheses), "--threads", "1",
+                   "--settings", json.dumps(settings)) == 0
+    result = json.loads(output.read_text())
+    assert f"score-mt: BLEU {result['bleu']:.2f} on 20 sentences" in capsys.readouterr().out
+    assert result["settings"]["beam_size"] == 5 and result["compute_type"] == "int8"
+    assert result["settings"]["intra_threads"] == 1 and result["command"].startswith("pseudopairs ")
+    assert 0 < result["bleu"] <= 100 and result["counts"]["sentences"] == 20
+    hyps = TX.read_text_lines(hypotheses)
+    assert len(hyps) == 20 and TX.compute_bleu(hyps, [de for _, de in pairs + novel])["bleu"] == result["bleu"]
+    # exactly the translations translate-captions makes with these settings
+    translated = tmp_path / "test.mt.de"
+    assert run_cli("translate-captions", "--model", str(converted), "--captions", str(src), "--source-lang",
+                   "en", "--target-lang", "de", "--output", str(translated), "--threads", "1",
+                   "--settings", json.dumps(settings), "--no-progress") == 0
+    assert TX.read_text_lines(translated) == hyps
+    assert run_cli("score-mt", "--model", str(converted), "--source", str(src), "--reference",
+                   str(tmp_path / "missing.de")) == 1
+    assert "missing.de" in capsys.readouterr().err
+    write_lines(tgt, ["eins"])
+    assert run_cli("score-mt", "--model", str(converted), "--source", str(src), "--reference", str(tgt)) == 1
+    assert "test.en.gz has 20 lines" in capsys.readouterr().err
+
+
+def test_score_mt_and_text_translation_need_no_torch(text_captions, converted, trained, tmp_path):
+    import subprocess
+
+    output, scored = tmp_path / "nt" / "captions.de", tmp_path / "nt" / "bleu.json"
+    src, tgt = trained.parent / "train.en", trained.parent / "train.de"
+    settings = json.dumps(json.dumps(TRANSLATE))
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails
+        "from pseudopairs import cli\n"
+        f"code = cli.main(['translate-captions', '--model', {str(converted)!r}, '--captions', {str(text_captions)!r},"
+        f" '--source-lang', 'en', '--target-lang', 'de', '--output', {str(output)!r},"
+        f" '--settings', {settings}, '--no-progress'])\n"
+        f"code += cli.main(['score-mt', '--model', {str(converted)!r}, '--source', {str(src)!r},"
+        f" '--reference', {str(tgt)!r}, '--output', {str(scored)!r}, '--settings', {settings}])\n"
+        "sys.exit(code)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(TL.__file__).parents[2])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(TX.read_text_lines(output)) == 7 and json.loads(scored.read_text())["bleu"] == 100.0

@@ -392,7 +392,7 @@ def test_caption_tables(worlds):
         task1 = pd.read_parquet(root / f"captions/raw/m30k_task1/{split}.parquet")
         assert list(task1.columns) == RAW_CAPTION_COLUMNS
         assert list(zip(task1["image_id"], task1["lang"], task1["caption_idx"])) == [
-            (i, lang, 0) for i in images for lang in ("de", "en")]
+            (i, lang, 0) for i in images for lang in ("cs", "de", "en", "fr")]
         assert set(task1["dataset"]) == {"m30k_task1"}
 
         coco_images = pd.read_parquet(root / f"images/coco/{split}.parquet")["image_id"].tolist()
@@ -532,8 +532,8 @@ def test_cli(tmp_path, capsys):
     assert args.func(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["images"] == {"m30k/train": 2, "m30k/val": 1, "m30k/test": 1}
-    assert summary["captions"]["m30k/train"] == 20 and summary["captions"]["m30k_task1/train"] == 4
-    assert len(pd.read_parquet(tmp_path / "captions/raw/m30k_task1/val.parquet")) == 2
+    assert summary["captions"]["m30k/train"] == 20 and summary["captions"]["m30k_task1/train"] == 8
+    assert len(pd.read_parquet(tmp_path / "captions/raw/m30k_task1/val.parquet")) == 4  # one image, 4 languages
     with pytest.raises(SystemExit):  # refused while parsing the arguments
         _parser().parse_args(["world", "--settings", "{seed: 1}", "--out-root", str(tmp_path)])
     assert "argument --settings: --settings: not valid JSON" in capsys.readouterr().err

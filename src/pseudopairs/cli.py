@@ -45,6 +45,7 @@ COMMANDS: dict[str, Command] = {
     "train-mt": Command("translation", "pseudopairs.translation.train", "train an En->De Transformer (OpenNMT-py checkpoint)"),
     "convert-mt": Command("translation", "pseudopairs.translation.convert", "convert an OpenNMT-py model for CTranslate2"),
     "translate-captions": Command("translation", "pseudopairs.translation.translate", "translate captions (table or text)"),
+    "score-mt": Command("translation", "pseudopairs.translation.score", "BLEU of a converted model on a test set (translate settings)"),
     "mine": Command("pseudopairs", "pseudopairs.mining.step", "mine a pseudopair set with a trained model"),
     "pseudopair-captions": Command("pseudopairs", "pseudopairs.mining.step", "filter pairs at a percentile -> captions"),
     "pseudopair-stats": Command("report", "pseudopairs.report.statistics", "§7.2 statistics and plots of the pseudopairs"),
@@ -53,6 +54,7 @@ COMMANDS: dict[str, Command] = {
     "table": Command("report", "pseudopairs.report.tables", "one of the paper's tables (mean, sd, n; paper)"),
     "tables-markdown": Command("report", "pseudopairs.report.tables", "all tables as Markdown"),
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
+    "report-page": Command("report", "pseudopairs.report.html", "an HTML page of tables (ours vs the paper, charts) and figures"),
 }
 
 STAGES = {

@@ -190,6 +190,8 @@ def text_langs():
     """Languages whose captions are prepared (truecaser models are trained for these)."""
     langs = {d["lang"] for d in config["datasets"].values()}
     langs.update(config["evaluation"]["translation_langs"])
+    if WORLD:  # the demo world's translation portion (m30k_task1) has French and Czech too
+        langs.update(("fr", "cs"))
     return sorted(langs)
 
 
@@ -393,3 +395,70 @@ def check_job_environment():
             "README.md, or `conda activate pseudopairs`), or let Snakemake build one per rule "
             "with --sdm conda."
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+# The HTML pages `snakemake --report` shows (pseudopairs.report.html, paths in
+# pseudopairs.report.pages): every table with its chart, ours beside the paper's numbers; the
+# method check and the §7.2 statistics when the config declares them; all of it on one page.
+# A further CSV with paper_* columns is one more `--csv TITLE PATH` of report_results_args.
+
+from pseudopairs.report import pages
+
+
+def report_pages():
+    """Every HTML page of the report (rule all)."""
+    outputs = [pages.page(name) for name in config["tables"]]
+    if method_check_outputs():
+        outputs.append(pages.page(pages.METHOD_CHECK))
+    if pseudopair_stats_outputs():
+        outputs.append(pages.page(pages.PSEUDOPAIR_STATS))
+    return outputs + [pages.page(pages.RESULTS)]
+
+
+def report_note():
+    """The line under each page's title: where this run's numbers come from."""
+    if WORLD:
+        return (
+            f"Demo world (synthetic data), seeds {', '.join(map(str, config['seeds']))}: the "
+            "numbers show the machinery and how the methods compare inside one small world; "
+            "they are not comparable to the paper's."
+        )
+    return f"Real data (Multi30K, COCO), seeds {', '.join(map(str, config['seeds']))}."
+
+
+def report_table_specs(wildcards):
+    """One table's config entry (its title, kind and languages), keyed by its name."""
+    return as_json({wildcards.table: config["tables"][wildcards.table]}, sort_keys=False)
+
+
+def report_figures():
+    """(caption, path) of the figures on the results page: training curves, Figure 1."""
+    figures = [(pages.TRAINING_CURVES_CAPTION, layout.training_curves())]
+    if config.get("pseudopair_stats", {}).get("figure"):
+        figures.append((pages.FIGURE1_CAPTION, layout.pseudopair_figure("png")))
+    return figures
+
+
+def report_results_inputs():
+    return {
+        "tables": all_tables(),
+        "method_check": method_check_outputs(),
+        "stats": pseudopair_stats_outputs(),
+        "figures": [path for _, path in report_figures()],
+    }
+
+
+def report_results_args(wildcards, input):
+    """report-page's sections, as a list (each item quoted in the shell)."""
+    args = [arg for path in input.tables for arg in ("--table", path)]
+    args += [
+        arg for path in input.method_check for arg in ("--csv", pages.METHOD_CHECK_TITLE, path)
+    ]
+    args += [arg for path in input.stats for arg in ("--pseudopair-stats", path)]
+    captions = [caption for caption, _ in report_figures()]
+    args += [
+        arg for caption, path in zip(captions, input.figures) for arg in ("--image", caption, path)
+    ]
+    return args

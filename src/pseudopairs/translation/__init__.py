@@ -1,14 +1,16 @@
 """Machine translation of captions (paper §2.3, §6): train a demo model, convert it (or the
 published OpenNMT-py model) with CTranslate2, translate every source-language caption.
 
-Three step commands:
+Four step commands:
 
 ``train-mt``
     Trains a small Transformer (:mod:`pseudopairs.translation.transformer`) on any parallel plain-text files,
     with a shared SentencePiece model trained on the training text, and writes the checkpoint in
     OpenNMT-py's layout (``model.pt``), ``sentencepiece.model``, ``bleu.json`` (sacreBLEU of
     greedy translations of the held-out pairs), ``valid.hyp.txt``, ``train_log.csv`` and
-    ``settings.json``. Seeded and deterministic on CPU for a given thread count.
+    ``settings.json``. Seeded and deterministic on CPU for a given thread count. Every
+    ``checkpoint_every`` updates the whole training state is saved to ``OUTPUT_DIR.state.pt``
+    (:mod:`~.fit`); rerun after a kill, the step resumes from it and writes the same model.
 
 ``convert-mt``
     Converts an OpenNMT-py checkpoint with CTranslate2's own ``OpenNMTPyConverter`` (weights-only
@@ -25,16 +27,23 @@ Three step commands:
     translate_iterable`` (token-based batches), detokenises with the model's SentencePiece model
     and applies the same Moses preparation as every other caption
     (:func:`pseudopairs.data.text.prepare_captions`). The output is a caption table aligned row for row
-    with the source-language rows of the input, plus a JSON sidecar. Work is done in chunks kept
-    under ``OUT.chunks/`` with a fingerprint of everything that changes the output, so a killed job
-    resumes; CTranslate2 batches never cross chunk boundaries, so a resumed run writes the same
-    table as an uninterrupted one.
+    with the source-language rows of the input, plus a JSON sidecar. Plain text (one sentence
+    per line, optionally gzipped) is translated as well, into a text file aligned line for line.
+    Work is done in chunks kept under ``OUT.chunks/`` with a fingerprint of everything that
+    changes the output, so a killed job resumes; CTranslate2 batches never cross chunk
+    boundaries, so a resumed run writes the same output as an uninterrupted one.
+
+``score-mt``
+    sacreBLEU of a converted model on a test set, translated with the ``translation.translate``
+    settings and code of ``translate-captions`` (beam search, length penalty, truncation).
 
 The real model (:data:`PAPER_MODEL_URL`) is OpenNMT-py's pretrained English→German Transformer:
 see :func:`paper_model_source`.
 
-Modules: :mod:`~.settings` (the ``translation`` config section), :mod:`~.text` (plain text,
-SentencePiece, BLEU), :mod:`~.transformer` (the demo model), :mod:`~.train`, :mod:`~.checkpoint`
-(reading OpenNMT-py checkpoints), :mod:`~.convert`, :mod:`~.chunks` and :mod:`~.translate`.
-Nothing here imports torch at import time: the ``translate-captions`` job's environment has none.
+Modules: :mod:`~.settings` (the ``translation`` config section), :mod:`~.text` (plain or
+gzipped text, SentencePiece, BLEU), :mod:`~.transformer` (the demo model), :mod:`~.fit` (its
+resumable training loop), :mod:`~.train`, :mod:`~.checkpoint` (reading OpenNMT-py checkpoints),
+:mod:`~.convert`, :mod:`~.chunks`, :mod:`~.moses` (Moses preparation of translations),
+:mod:`~.translate` and :mod:`~.score`. Nothing here imports torch at import time: the
+``translate-captions`` job's environment has none (``score-mt`` needs none either).
 """

@@ -4,7 +4,7 @@ configuration's model comes from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pseudopairs.settings import Settings, setting
 
@@ -59,9 +59,15 @@ def _is_int(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class TrainSettings(Settings):
-    """``translation.train``: the demo model trained by ``train-mt`` (defaults: CPU, minutes)."""
+    """``translation.train``: the demo model trained by ``train-mt`` (defaults: CPU, minutes).
+
+    ``checkpoint_every`` does not change the result (a run resumed from a saved state ends with
+    the same model as an uninterrupted one), so a rerun that differs only in it still resumes;
+    every other setting, ``threads`` included, is part of what a saved state must match."""
 
     SECTION = "translation.train"
+    #: Settings that do not change the trained model.
+    RUN_NEUTRAL: ClassVar[tuple[str, ...]] = ("checkpoint_every",)
 
     seed: int = setting(0, kind=int, low=0)
     threads: int | None = setting(2, kind=int, low=1, optional=True, doc="torch threads (null: torch's default)")
@@ -86,6 +92,9 @@ class TrainSettings(Settings):
     clip_norm: float = setting(1.0, kind=float, low=0.0, doc="0 disables clipping")
     max_decoding_length: int = setting(256, kind=int, low=1, doc="for the BLEU translations of the validation pairs")
     log_every: int = setting(50, kind=int, low=1)
+    checkpoint_every: int | None = setting(
+        500, kind=int, low=1, optional=True,
+        doc="updates between saves of the resumable training state (OUTPUT_DIR.state.pt); null: never")
 
     def check(self) -> None:
         if self.d_model % 2:

@@ -26,13 +26,60 @@ def _library_versions() -> dict[str, str]:
             "sacrebleu": sacrebleu.__version__}
 
 
-def read_text_lines(path: str | os.PathLike) -> list[str]:
-    """Lines of a UTF-8 text file without their line ends (``\\n`` only; a final newline is
-    optional). Invalid UTF-8 or a NUL byte raises a ``ValueError`` naming the file and line."""
+#: Leading bytes of gzip, which the text readers decompress transparently.
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _binary_format(data: bytes) -> str | None:
+    """The name of a (non-gzip) binary format ``data`` is in, for the error message instead of
+    "invalid UTF-8"; ``None`` for anything else."""
+    import re
+
+    if re.match(rb"BZh[1-9]1AY&SY", data):
+        return "bzip2"
+    if data.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if data.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    if data.startswith(b"PK\x03\x04"):
+        return "zip"
+    if data.startswith(b"PAR1") and data.endswith(b"PAR1"):
+        return "Parquet"
+    return None
+
+
+def _read_text_bytes(path: str | os.PathLike) -> tuple[bytes, bool]:
+    """The bytes of a text file and whether they were gunzipped: a gzip-compressed file
+    (recognised by its magic bytes, whatever its name; several members are read one after the
+    other) is decompressed. A truncated or corrupt gzip file, or another binary format (bzip2,
+    xz, zip, Parquet …), is a ``ValueError`` naming the file."""
+    import gzip
+    import zlib
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"text file not found: {path}")
     data = path.read_bytes()
+    if data.startswith(GZIP_MAGIC):
+        try:
+            return gzip.decompress(data), True
+        except (OSError, EOFError, zlib.error) as err:
+            raise ValueError(f"{path}: corrupt or truncated gzip file ({err}); "
+                             "recompress it or give the plain text") from None
+    other = _binary_format(data)
+    if other is not None:
+        raise ValueError(f"{path}: a {other} file, not text; give plain UTF-8 text, one "
+                         "sentence per line (gzip-compressed or not)")
+    return data, False
+
+
+def read_text_lines(path: str | os.PathLike) -> list[str]:
+    """Lines of a UTF-8 text file without their line ends (``\\n`` only; a final newline is
+    optional); a gzip-compressed file is read transparently (by its magic bytes). Invalid
+    UTF-8 or a NUL byte raises a ``ValueError`` naming the file and line."""
+    path = Path(path)
+    data, gunzipped = _read_text_bytes(path)
+    where = f"{path} (gunzipped)" if gunzipped else str(path)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -41,11 +88,27 @@ def read_text_lines(path: str | os.PathLike) -> list[str]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: line {number}: invalid UTF-8 at byte {err.start}") from None
+            raise ValueError(f"{where}: line {number}: invalid UTF-8 at byte {err.start}") from None
         if "\x00" in text:
-            raise ValueError(f"{path}: line {number}: contains a NUL byte")
+            raise ValueError(f"{where}: line {number}: contains a NUL byte")
         out.append(text.rstrip("\r"))
     return out
+
+
+def write_text_lines(path: str | os.PathLike, lines: Sequence[str]) -> None:
+    """One line per string (a line break inside one becomes a space, so the lines stay aligned),
+    atomically; gzip-compressed (reproducibly: no name or time in the header) when ``path`` ends
+    in ``.gz``."""
+    import gzip
+
+    from pseudopairs.io import atomic_path
+
+    path = Path(path)
+    data = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines).encode("utf-8")
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def read_parallel(source: str | os.PathLike, target: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -60,15 +123,20 @@ def read_parallel(source: str | os.PathLike, target: str | os.PathLike) -> tuple
 class SentencePieceTokenizer:
     """A SentencePiece model used as the translation model's tokeniser: text → pieces → text."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, model_proto: bytes | None = None) -> None:
+        """Load the model file ``path``, or the serialised model ``model_proto`` (then ``path``
+        only names it in messages)."""
         import sentencepiece as spm
 
         self.path = Path(path)
-        if not self.path.is_file():
+        if model_proto is None and not self.path.is_file():
             raise FileNotFoundError(f"SentencePiece model not found: {self.path}")
         processor = spm.SentencePieceProcessor()
         try:
-            processor.Load(str(self.path))
+            if model_proto is None:
+                processor.Load(str(self.path))
+            else:
+                processor.LoadFromSerializedProto(model_proto)
         except (OSError, RuntimeError) as err:
             raise ValueError(f"{self.path}: not a SentencePiece model ({err})") from err
         self.processor = processor

@@ -351,7 +351,7 @@ def model_from_checkpoint(checkpoint: dict) -> Seq2SeqTransformer:
 
 
 # --------------------------------------------------------------------------------------------
-# Training
+# Training pieces (the resumable loop itself: pseudopairs.translation.fit)
 # --------------------------------------------------------------------------------------------
 
 
@@ -412,80 +412,6 @@ def evaluate_nll(model: Seq2SeqTransformer, src_ids, tgt_ids, *, batch_tokens: i
         count += int((tgt_out != PAD_ID).sum())
     model.train(was_training)
     return total / max(count, 1)
-
-
-def train_transformer(train_src, train_tgt, *, valid_src, valid_tgt, shape: TransformerShape,
-                      seed: int, epochs: int, max_steps: int | None, batch_tokens: int, lr: float,
-                      warmup_steps: int, label_smoothing: float, clip_norm: float,
-                      log_every: int = 50, progress: bool = True, log=None):
-    """Train :class:`Seq2SeqTransformer` on id sequences (no specials; they are added here).
-
-    Adam (β = 0.9, 0.98, ε = 1e-9) with :func:`inverse_sqrt_lr`, label-smoothed cross-entropy
-    summed over target tokens and divided by their number, gradient-norm clipping. Stops after
-    ``epochs`` passes or ``max_steps`` updates, whichever comes first; validation NLL after every
-    epoch. Seeded: the same inputs, settings and torch thread count give the same weights.
-    Returns ``(model, history)``; ``history`` rows: ``step, epoch, kind, loss, lr``.
-    """
-    import numpy as np
-    from tqdm import tqdm
-
-    if not train_src:
-        raise ValueError("no training pairs left to train on")
-    torch.manual_seed(seed)
-    model = Seq2SeqTransformer(shape)
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
-    rng = np.random.default_rng(seed)
-    src_lengths = [len(s) for s in train_src]
-    tgt_lengths = [len(t) for t in train_tgt]
-    per_epoch = len(length_batches(src_lengths, tgt_lengths, batch_tokens=batch_tokens,
-                                   rng=np.random.default_rng(seed)))
-    planned = per_epoch * epochs if max_steps is None else min(per_epoch * epochs, max_steps)
-    history: list[dict] = []
-    step = 0
-    running, running_tokens = 0.0, 0
-    bar = tqdm(total=planned, desc="train-mt", unit="step", disable=not progress, dynamic_ncols=True)
-    try:
-        for epoch in range(1, epochs + 1):
-            for batch in length_batches(src_lengths, tgt_lengths, batch_tokens=batch_tokens, rng=rng):
-                if max_steps is not None and step >= max_steps:
-                    break
-                step += 1
-                rate = inverse_sqrt_lr(step, lr=lr, warmup_steps=warmup_steps)
-                for group in optimizer.param_groups:
-                    group["lr"] = rate
-                src = pad_batch([train_src[i] for i in batch])
-                tgt_in = pad_batch([train_tgt[i] for i in batch], bos=True)
-                tgt_out = pad_batch([train_tgt[i] for i in batch], eos=True)
-                logits = model(src, tgt_in)
-                tokens = int((tgt_out != PAD_ID).sum())
-                loss_sum = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
-                                           ignore_index=PAD_ID, label_smoothing=label_smoothing,
-                                           reduction="sum")
-                optimizer.zero_grad(set_to_none=True)
-                (loss_sum / tokens).backward()
-                if clip_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-                optimizer.step()
-                running += float(loss_sum.detach())
-                running_tokens += tokens
-                bar.update(1)
-                if step % log_every == 0:
-                    mean = running / max(running_tokens, 1)
-                    history.append({"step": step, "epoch": epoch, "kind": "train", "loss": mean, "lr": rate})
-                    bar.set_postfix(loss=f"{mean:.3f}", lr=f"{rate:.2e}")
-                    running, running_tokens = 0.0, 0
-            valid = evaluate_nll(model, valid_src, valid_tgt, batch_tokens=batch_tokens)
-            history.append({"step": step, "epoch": epoch, "kind": "valid", "loss": valid,
-                            "lr": inverse_sqrt_lr(step, lr=lr, warmup_steps=warmup_steps)})
-            if log is not None:
-                log.info("epoch %d, step %d: validation NLL %.4f (perplexity %.2f)",
-                         epoch, step, valid, math.exp(min(valid, 50.0)))
-            if max_steps is not None and step >= max_steps:
-                break
-    finally:
-        bar.close()
-    return model.eval(), history
 
 
 def greedy_translate_ids(model: Seq2SeqTransformer, sources, *, max_length: int = 256,

@@ -1,12 +1,11 @@
-"""The ``translate-captions`` step."""
+"""The ``translate-captions`` step: a caption table or plain text in, its translations out (see
+:func:`translate_captions`); also the CTranslate2 pieces ``score-mt`` uses."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import logging
-import math
 import os
 import queue
 import shlex
@@ -24,9 +23,10 @@ from pseudopairs.io import CAPTION_COLUMNS, read_captions, write_json_atomic, wr
 from pseudopairs.translation.chunks import (ChunkResult, _read_chunk, _source_digest, _write_chunk,
                                             remove_chunks, translation_fingerprint)
 from pseudopairs.translation.convert import ModelDir, open_model_dir
+from pseudopairs.translation.moses import preparer
 from pseudopairs.translation.settings import TranslateSettings, _is_int
 from pseudopairs.settings import resolve_device as settings_device
-from pseudopairs.translation.text import _library_versions
+from pseudopairs.translation.text import _library_versions, read_text_lines, write_text_lines
 
 
 log = logging.getLogger(__name__)
@@ -129,60 +129,6 @@ def translate_texts(translator, model: ModelDir, texts: Sequence[str], *, settin
     return model.target_tokenizer.decode(outputs), stats
 
 
-@contextlib.contextmanager
-def _preparer(*, workers: int, lang: str, case: str, truecase_model: Path | None):
-    """A function ``raw translations -> prepared text`` (Moses preparation via
-    :func:`pseudopairs.data.text.prepare_captions`), in this process or in a pool of ``workers``."""
-    if workers <= 0:
-        truecasers = _load_truecasers(lang, case, truecase_model)
-
-        def prepare(raws: list[str]) -> list[str]:
-            return _prepare_texts(raws, lang=lang, case=case, truecasers=truecasers)
-
-        yield prepare
-        return
-    import concurrent.futures
-    import multiprocessing
-
-    with concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        def prepare(raws: list[str]) -> list[str]:
-            size = max(1, math.ceil(len(raws) / workers))
-            parts = [raws[i:i + size] for i in range(0, len(raws), size)]
-            jobs = [pool.submit(_prepare_in_worker, part, lang, case,
-                                None if truecase_model is None else str(truecase_model)) for part in parts]
-            return [text for job in jobs for text in job.result()]
-
-        yield prepare
-
-
-def _load_truecasers(lang: str, case: str, truecase_model: Path | None) -> dict:
-    from pseudopairs.data.text import load_truecaser
-
-    if case == "truecase":
-        if truecase_model is None:
-            raise ValueError(f"case=truecase needs a truecase model for {lang!r} (--truecase-model {lang}=PATH)")
-        return {lang: load_truecaser(truecase_model)}
-    return {}
-
-
-def _prepare_texts(raws: list[str], *, lang: str, case: str, truecasers: dict) -> list[str]:
-    from pseudopairs.data.text import prepare_captions
-
-    frame = pd.DataFrame({"raw": raws, "lang": [lang] * len(raws)})
-    return prepare_captions(frame, case=case, truecasers=truecasers, source="translations")["text"].tolist()
-
-
-_WORKER_TRUECASERS: dict = {}
-
-
-def _prepare_in_worker(raws: list[str], lang: str, case: str, truecase_model: str | None) -> list[str]:
-    key = (lang, case, truecase_model)
-    if key not in _WORKER_TRUECASERS:
-        _WORKER_TRUECASERS[key] = _load_truecasers(lang, case, None if truecase_model is None else Path(truecase_model))
-    return _prepare_texts(raws, lang=lang, case=case, truecasers=_WORKER_TRUECASERS[key])
-
-
 @dataclass
 class TranslationRun:
     rows: int
@@ -197,50 +143,36 @@ class TranslationRun:
 _DONE = object()
 
 
-def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *, model_dir: str | os.PathLike,
-                       source_lang: str, target_lang: str, dataset: str, settings: TranslateSettings,
-                       case: str = "lowercase", truecase_model: str | os.PathLike | None = None,
-                       chunk_dir: str | os.PathLike | None = None, sidecar: str | os.PathLike | None = None,
-                       command: str | None = None, progress: bool = True) -> TranslationRun:
-    """The ``translate-captions`` step.
+@dataclass
+class _Source:
+    """What ``translate-captions`` translates: the source-language rows of a caption table
+    (``rows``), or the lines of a text file (``rows`` None; ``image_ids`` are line numbers)."""
 
-    Translates the ``raw`` text of every ``source_lang`` row of the caption table ``captions``
-    (in table order) and writes a caption table to ``output`` with one row per such row: same
-    ``split``, ``image_id`` and ``caption_idx``, ``dataset`` = ``dataset``, ``lang`` =
-    ``target_lang``, ``raw`` = the detokenised translation, ``text`` = its Moses preparation
-    (``case`` as in ``prepare-captions``). A JSON sidecar (default: ``output`` with suffix
-    ``.json``) records the model, settings, command and counts; it is written before the table,
-    and both atomically. Chunks of ``settings.chunk_size`` captions are kept in ``chunk_dir``
-    (default ``output + ".chunks"``) until the table is written, then removed.
+    path: Path
+    texts: list[str]
+    image_ids: list
+    caption_idx: list
+    rows: pd.DataFrame | None = None
 
-    CTranslate2 translates chunk *k+1* in a background thread while this thread prepares and
-    stores chunk *k*.
-    """
-    from pseudopairs.data.text import _check_lang  # noqa: PLC2701 — the package's language-code rule
+    @property
+    def is_table(self) -> bool:
+        return self.rows is not None
 
-    started = time.time()
-    captions = Path(captions)
-    output = Path(output)
-    if output.suffix != ".parquet":
-        raise ValueError(f"--output must be a .parquet caption table, got {output}")
-    sidecar = Path(sidecar) if sidecar is not None else output.with_suffix(".json")
-    if sidecar == output:
-        raise ValueError(f"the sidecar {sidecar} would overwrite the output table")
-    chunk_dir = Path(chunk_dir) if chunk_dir is not None else output.with_name(output.name + ".chunks")
-    _check_lang(source_lang)
-    _check_lang(target_lang)
-    if not isinstance(dataset, str) or not dataset.strip():
-        raise ValueError("--dataset must name the data set of the translations (e.g. coco.de-mt)")
-    truecase_model = Path(truecase_model) if truecase_model is not None else None
-    if case == "truecase" and truecase_model is None:
-        raise ValueError(f"--case truecase needs --truecase-model {target_lang}=PATH")
-    if case != "truecase" and truecase_model is not None:
-        raise ValueError("--truecase-model is only used with --case truecase")
-    if truecase_model is not None and not truecase_model.is_file():
-        raise FileNotFoundError(f"truecase model not found: {truecase_model}")
+    def describe(self, i: int) -> str:
+        if self.is_table:
+            return f"image {self.image_ids[i]!r} caption {self.caption_idx[i]}"
+        return f"line {self.image_ids[i]}"
 
-    if not captions.is_file():
-        raise FileNotFoundError(f"caption table not found: {captions}")
+
+def is_caption_table(path: Path) -> bool:
+    """A Parquet caption table (by its ``.parquet`` suffix or its magic bytes) rather than text."""
+    if path.suffix == ".parquet":
+        return True
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"PAR1"
+
+
+def _read_table(captions: Path, source_lang: str) -> _Source:
     frame = read_captions(captions)
     rows = frame[frame["lang"] == source_lang].reset_index(drop=True)
     if rows.empty:
@@ -251,92 +183,175 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
         if not isinstance(text, str):
             raise ValueError(f"{captions}: {source_lang} caption {i} (image {rows['image_id'][i]!r}): "
                              f"'raw' is not a string ({text!r})")
-    image_ids = rows["image_id"].tolist()
-    caption_idx = rows["caption_idx"].tolist()
+    return _Source(path=captions, texts=texts, image_ids=rows["image_id"].tolist(),
+                   caption_idx=rows["caption_idx"].tolist(), rows=rows)
 
-    model = open_model_dir(model_dir)
-    device, compute = resolve_device(settings)
-    fingerprint = translation_fingerprint(model, settings, device=device, compute=compute,
-                                          source_lang=source_lang, target_lang=target_lang,
-                                          case=case, truecase_model=truecase_model)
-    n = len(texts)
-    size = settings.chunk_size
+
+def _read_text(path: Path) -> _Source:
+    texts = read_text_lines(path)
+    if not texts:
+        raise ValueError(f"{path}: no lines to translate (an empty text file)")
+    return _Source(path=path, texts=texts, image_ids=list(range(1, len(texts) + 1)), caption_idx=[0] * len(texts))
+
+
+def _check_arguments(captions: Path, output: Path, *, table: bool, source_lang: str, target_lang: str,
+                     dataset: str | None, case: str | None, truecase_model: Path | None) -> None:
+    from pseudopairs.data.text import CASES, _check_lang  # noqa: PLC2701 — the package's language-code rule
+
+    if table and output.suffix != ".parquet":
+        raise ValueError(f"--output must be a .parquet caption table (the input {captions} is one), got {output}")
+    if not table and output.suffix == ".parquet":
+        raise ValueError(f"--output {output}: the input {captions} is plain text, so the output is "
+                         "plain text too (one translation per line); give e.g. a .txt or .de path")
+    _check_lang(source_lang)
+    _check_lang(target_lang)
+    if table and (not isinstance(dataset, str) or not dataset.strip()):
+        raise ValueError("--dataset must name the data set of the translations (e.g. coco.de-mt)")
+    if case is not None and case not in CASES:
+        raise ValueError(f"--case must be one of {list(CASES)}")
+    if case == "truecase" and truecase_model is None:
+        raise ValueError(f"--case truecase needs --truecase-model {target_lang}=PATH")
+    if case != "truecase" and truecase_model is not None:
+        raise ValueError("--truecase-model is only used with --case truecase")
+    if truecase_model is not None and not truecase_model.is_file():
+        raise FileNotFoundError(f"truecase model not found: {truecase_model}")
+
+
+def _stored_chunks(source: _Source, *, settings: TranslateSettings, chunk_dir: Path, fingerprint: str):
+    """Chunk bounds, source digests and the chunks already stored for this very run."""
+    n, size = len(source.texts), settings.chunk_size
     bounds = [(lo, min(n, lo + size)) for lo in range(0, n, size)]
-    digests = [_source_digest(image_ids[lo:hi], caption_idx[lo:hi], texts[lo:hi]) for lo, hi in bounds]
+    digests = [_source_digest(source.image_ids[lo:hi], source.caption_idx[lo:hi], source.texts[lo:hi])
+               for lo, hi in bounds]
     chunks: dict[int, ChunkResult] = {}
     for k, (lo, hi) in enumerate(bounds):
         stored = _read_chunk(chunk_dir, k, start=lo, stop=hi, fingerprint=fingerprint, source_sha256=digests[k])
         if stored is not None:
             chunks[k] = stored
+    return bounds, digests, chunks
+
+
+def _output_table(source: _Source, *, raw: list[str], text: list[str], dataset: str,
+                  target_lang: str) -> pd.DataFrame:
+    rows, n = source.rows, len(source.texts)
+    out = pd.DataFrame({
+        "dataset": [dataset] * n,
+        "split": rows["split"].tolist(),
+        "image_id": source.image_ids,
+        "lang": [target_lang] * n,
+        "caption_idx": source.caption_idx,
+        "raw": raw,
+        "text": text,
+    }, columns=CAPTION_COLUMNS)
+    out["caption_idx"] = out["caption_idx"].astype(rows["caption_idx"].dtype)
+    return out
+
+
+def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *, model_dir: str | os.PathLike,
+                       source_lang: str, target_lang: str, dataset: str | None = None,
+                       settings: TranslateSettings, case: str | None = None,
+                       truecase_model: str | os.PathLike | None = None,
+                       chunk_dir: str | os.PathLike | None = None, sidecar: str | os.PathLike | None = None,
+                       command: str | None = None, progress: bool = True) -> TranslationRun:
+    """The ``translate-captions`` step, for either of two inputs.
+
+    A **caption table** (Parquet, recognised by its ``.parquet`` suffix or magic bytes): the
+    ``raw`` text of every ``source_lang`` row is translated (in table order) and ``output`` (a
+    ``.parquet`` path) gets a caption table with one row per such row: same ``split``,
+    ``image_id`` and ``caption_idx``, ``dataset`` = ``dataset`` (required), ``lang`` =
+    ``target_lang``, ``raw`` = the detokenised translation, ``text`` = its Moses preparation
+    (``case`` as in ``prepare-captions``; default lowercase).
+
+    **Plain text** (anything else: UTF-8, one sentence per line, gzip-compressed or not): every
+    line is translated and ``output`` gets one translation per line, aligned line for line (an
+    empty line gives an empty line; gzip-compressed when ``output`` ends in ``.gz``). The lines
+    are the detokenised translations, or their Moses preparation when ``case`` is given;
+    ``dataset`` is not used.
+
+    A JSON sidecar (default: ``output`` with suffix ``.json``) records the model, settings,
+    command and counts; it is written before the output, and both atomically. Chunks of
+    ``settings.chunk_size`` sentences are kept in ``chunk_dir`` (default ``output + ".chunks"``)
+    until the output is written, then removed; a killed run resumes from them. CTranslate2
+    translates chunk *k+1* in a background thread while this thread prepares and stores chunk *k*.
+    """
+    started = time.time()
+    captions, output = Path(captions), Path(output)
+    if not captions.is_file():
+        raise FileNotFoundError(f"captions not found: {captions} (a caption table .parquet or a text "
+                                "file, one sentence per line)")
+    table = is_caption_table(captions)
+    sidecar = Path(sidecar) if sidecar is not None else output.with_suffix(".json")
+    if sidecar == output:
+        raise ValueError(f"the sidecar {sidecar} would overwrite the output")
+    chunk_dir = Path(chunk_dir) if chunk_dir is not None else output.with_name(output.name + ".chunks")
+    truecase_model = Path(truecase_model) if truecase_model is not None else None
+    _check_arguments(captions, output, table=table, source_lang=source_lang, target_lang=target_lang,
+                     dataset=dataset, case=case, truecase_model=truecase_model)
+    if table and case is None:
+        case = "lowercase"
+    source = _read_table(captions, source_lang) if table else _read_text(captions)
+
+    model = open_model_dir(model_dir)
+    device, compute = resolve_device(settings)
+    fingerprint = translation_fingerprint(model, settings, device=device, compute=compute,
+                                          source_lang=source_lang, target_lang=target_lang,
+                                          case=case or "raw", truecase_model=truecase_model)
+    bounds, digests, chunks = _stored_chunks(source, settings=settings, chunk_dir=chunk_dir,
+                                             fingerprint=fingerprint)
     reused = len(chunks)
     pending = [k for k in range(len(bounds)) if k not in chunks]
     if reused:
-        log.info("reusing %d of %d chunks from %s; %d captions to translate", reused, len(bounds),
+        log.info("reusing %d of %d chunks from %s; %d sentences to translate", reused, len(bounds),
                  chunk_dir, sum(bounds[k][1] - bounds[k][0] for k in pending))
-
     if pending:
-        _run_pending(pending, bounds=bounds, digests=digests, texts=texts, chunks=chunks, model=model,
+        _run_pending(pending, bounds=bounds, digests=digests, texts=source.texts, chunks=chunks, model=model,
                      settings=settings, chunk_dir=chunk_dir, fingerprint=fingerprint,
                      target_lang=target_lang, case=case, truecase_model=truecase_model, progress=progress)
 
     ordered = [chunks[k] for k in range(len(bounds))]
     raw = [t for c in ordered for t in c.raw]
     text = [t for c in ordered for t in c.text]
-    run = TranslationRun(rows=n, empty=sum(c.empty for c in ordered),
+    run = TranslationRun(rows=len(source.texts), empty=sum(c.empty for c in ordered),
                          truncated=sum(c.truncated for c in ordered),
                          target_tokens=sum(c.target_tokens for c in ordered),
                          computed_chunks=len(pending), reused_chunks=reused,
                          seconds=round(time.time() - started, 3))
     if run.truncated:
         first = next(c.first_truncated for c in ordered if c.first_truncated is not None)
-        log.warning("%d caption(s) longer than translation.translate.max_input_tokens=%d subword "
-                    "tokens were truncated before translation (first: image %r caption %s)",
-                    run.truncated, settings.max_input_tokens, image_ids[first], caption_idx[first])
-    out = pd.DataFrame({
-        "dataset": [dataset] * n,
-        "split": rows["split"].tolist(),
-        "image_id": image_ids,
-        "lang": [target_lang] * n,
-        "caption_idx": caption_idx,
-        "raw": raw,
-        "text": text,
-    }, columns=CAPTION_COLUMNS)
-    out["caption_idx"] = out["caption_idx"].astype(rows["caption_idx"].dtype)
+        log.warning("%d sentence(s) longer than translation.translate.max_input_tokens=%d subword "
+                    "tokens were truncated before translation (first: %s)",
+                    run.truncated, settings.max_input_tokens, source.describe(first))
     write_json_atomic(sidecar, {
-        "model_id": model.model_id,
-        "model_dir": str(model.path),
-        "model": model.info,
-        "captions": str(captions),
-        "output": str(output),
-        "dataset": dataset,
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-        "settings": settings.to_dict(),
-        "device": device,
-        "compute_type": compute,
-        "case": case,
+        "model_id": model.model_id, "model_dir": str(model.path), "model": model.info,
+        "captions": str(captions), "input": "table" if table else "text", "output": str(output),
+        "dataset": dataset if table else None, "source_lang": source_lang, "target_lang": target_lang,
+        "settings": settings.to_dict(), "device": device, "compute_type": compute, "case": case,
         "truecase_model": None if truecase_model is None else str(truecase_model),
-        "command": command,
-        "fingerprint": fingerprint,
-        "counts": asdict(run),
+        "command": command, "fingerprint": fingerprint, "counts": asdict(run),
         "versions": _library_versions(),
     })
-    write_parquet_atomic(output, out)
+    if table:
+        write_parquet_atomic(output, _output_table(source, raw=raw, text=text, dataset=dataset,
+                                                   target_lang=target_lang))
+    else:
+        write_text_lines(output, text)
     remove_chunks(chunk_dir)
-    log.info("wrote %s: %d %s translations of %s captions (%d empty, %d truncated; %d chunks "
-             "computed, %d reused; %.1f s)", output, n, target_lang, source_lang, run.empty,
-             run.truncated, run.computed_chunks, run.reused_chunks, run.seconds)
+    log.info("wrote %s: %d %s translations of %s %s (%d empty, %d truncated; %d chunks computed, "
+             "%d reused; %.1f s)", output, run.rows, target_lang, source_lang,
+             "captions" if table else "lines", run.empty, run.truncated, run.computed_chunks,
+             run.reused_chunks, run.seconds)
     return run
 
 
 def _run_pending(pending: list[int], *, bounds, digests, texts, chunks, model: ModelDir,
                  settings: TranslateSettings, chunk_dir: Path, fingerprint: str, target_lang: str,
-                 case: str, truecase_model: Path | None, progress: bool) -> None:
-    """Translate the pending chunks in a background thread and prepare/store them here."""
+                 case: str | None, truecase_model: Path | None, progress: bool) -> None:
+    """Translate the pending chunks in a background thread and prepare (``case`` None: keep the
+    raw translations) and store them here."""
     from tqdm import tqdm
 
     # Start the preparation pool before the translator's threads exist (spawned workers).
-    with _preparer(workers=settings.prepare_workers, lang=target_lang, case=case,
+    with preparer(workers=settings.prepare_workers, lang=target_lang, case=case,
                    truecase_model=truecase_model) as prepare:
         translator = load_translator(model, settings)
         handoff: queue.Queue = queue.Queue(maxsize=1)
@@ -393,18 +408,29 @@ def _command_line() -> str:
     return " ".join(shlex.quote(a) for a in ["pseudopairs", *sys.argv[1:]])
 
 
-def _cmd_translate_captions(args: argparse.Namespace) -> int:
-    from pseudopairs.data.text import CASES, parse_truecase_models
-
+def settings_from_args(args: argparse.Namespace) -> TranslateSettings:
+    """``--settings`` with ``--threads`` (the cores the scheduler granted) turned into
+    ``intra_threads`` = threads // inter_threads."""
     values = dict(args.settings)
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         inter = values.get("inter_threads", TranslateSettings.inter_threads)
         values["intra_threads"] = max(1, args.threads // inter if _is_int(inter) and inter > 0 else args.threads)
-    settings = TranslateSettings.from_dict(values)
-    if args.case not in CASES:
-        raise ValueError(f"--case must be one of {list(CASES)}")
+    return TranslateSettings.from_dict(values)
+
+
+def add_translate_options(p: argparse.ArgumentParser) -> None:
+    """``--settings`` (translation.translate) and ``--threads``, shared with ``score-mt``."""
+    cli.add_json(p, "--settings", "the translation.translate config section", required=False)
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads: sets intra_threads to threads // inter_threads")
+
+
+def _cmd_translate_captions(args: argparse.Namespace) -> int:
+    from pseudopairs.data.text import parse_truecase_models
+
+    settings = settings_from_args(args)
     models = parse_truecase_models(args.truecase_model)
     unknown = sorted(set(models) - {args.target_lang})
     if unknown:
@@ -416,29 +442,48 @@ def _cmd_translate_captions(args: argparse.Namespace) -> int:
                              truecase_model=models.get(args.target_lang), chunk_dir=args.chunk_dir,
                              sidecar=args.sidecar, command=_command_line(),
                              progress=not args.no_progress)
-    print(f"translate-captions: {run.rows} captions ({run.empty} empty, {run.truncated} truncated) "
+    print(f"translate-captions: {run.rows} sentences ({run.empty} empty, {run.truncated} truncated) "
           f"-> {args.output}")
     return 0
+
+
+_DESCRIPTION = """\
+Translate captions with a converted model (convert-mt). Resumable in chunks; a JSON sidecar
+records the model, settings and counts.
+
+Two kinds of input (--captions):
+  caption table  a .parquet caption table (columns dataset, split, image_id, lang, caption_idx,
+                 raw, text): every --source-lang row is translated; --output is a .parquet
+                 caption table aligned row for row with those rows (same split, image_id,
+                 caption_idx; dataset = --dataset, lang = --target-lang), raw = the translation,
+                 text = its Moses preparation (--case, default lowercase), as for other captions.
+  plain text     any other file: UTF-8, one sentence per line, optionally gzip-compressed
+                 (recognised by content): --output is a plain text file with one translation per
+                 line, aligned line for line (gzip-compressed if it ends in .gz); the detokenised
+                 translations, or their Moses preparation when --case is given. --dataset unused.
+"""
 
 
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "translate-captions", help=cli.COMMANDS["translate-captions"].summary,
-        description="Translate every source-language caption of a caption table with a converted "
-                    "model; the output table is aligned row for row with those captions and gets the "
-                    "same Moses preparation as other captions. Resumable in chunks.")
+        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="converted model directory (convert-mt)")
-    p.add_argument("--captions", required=True, help="caption table (.parquet)")
+    p.add_argument("--captions", required=True,
+                   help="caption table (.parquet) or plain text, one sentence per line (optionally .gz)")
     p.add_argument("--source-lang", required=True)
     p.add_argument("--target-lang", required=True)
-    p.add_argument("--dataset", required=True, help="data set name of the translations (e.g. coco.de-mt)")
-    p.add_argument("--output", required=True, help="translated caption table (.parquet)")
-    cli.add_json(p, "--settings", "the translation.translate config section", required=False)
-    p.add_argument("--case", default="lowercase", help="lowercase (default) or truecase, as prepare-captions")
+    p.add_argument("--dataset", default=None,
+                   help="data set name of the translations (e.g. coco.de-mt); required for a caption table")
+    p.add_argument("--output", required=True,
+                   help="a caption table (.parquet) for a table input; a text file for text input "
+                        "(gzip-compressed when it ends in .gz)")
+    add_translate_options(p)
+    p.add_argument("--case", default=None,
+                   help="lowercase or truecase, as prepare-captions (tables: default lowercase; "
+                        "text: default none, i.e. the detokenised translations)")
     p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
                    help="truecase model of the target language (with --case truecase)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads: sets intra_threads to threads // inter_threads")
     p.add_argument("--sidecar", default=None, help="JSON sidecar (default: the output with suffix .json)")
     p.add_argument("--chunk-dir", default=None, help="resumable chunks (default: {output}.chunks/)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -1,11 +1,11 @@
 """The offline demo world (DESIGN §5): rendered scenes of coloured objects with English and German
-captions from a grammar.
+captions from a grammar (and French and Czech translations in the task1-like set).
 
 Two corpora:
 
 - ``m30k``: Multi30K-like; per image 5 English + 5 German captions drawn independently
-  (comparable, like task2), plus ``m30k_task1``: one English caption and its exact German
-  translation per image (parallel, like task1), over the same images;
+  (comparable, like task2), plus ``m30k_task1``: one caption spec realised in English, German,
+  French and Czech per image (parallel, like task1 with its translations), over the same images;
 - ``coco``: COCO-like, English only, scenes from a shifted distribution: some object kinds occur
   only in ``coco`` (kite, fish), some only in ``m30k`` (flag, egg), and the proportions of kinds and
   backgrounds differ.
@@ -21,6 +21,7 @@ sizes of other splits.
 
 Modules: :mod:`~.content` (what the world shows), :mod:`~.settings` (the ``world`` section),
 :mod:`~.scene` (drawing scenes), :mod:`~.render` (images), :mod:`~.grammar` (caption specs and the
-registry of languages), one module per language (:mod:`~.english`, :mod:`~.german`), and
+registry of languages), one module per language (:mod:`~.english`, :mod:`~.german`,
+:mod:`~.french`, :mod:`~.czech`), and
 :mod:`~.generate` (the ``world`` and ``world-parallel`` steps).
 """

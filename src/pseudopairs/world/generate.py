@@ -34,6 +34,10 @@ TASK1 = "m30k_task1"
 
 
 LANG_ORDER = ("de", "en")  # rows within an image: languages in sorted order
+# m30k_task1: one spec realised in each of these (a caption and its exact translations); rows
+# within an image in sorted order. Realising a spec draws nothing, so adding a language leaves
+# every other caption and image as it was.
+TASK1_LANGS = ("cs", "de", "en", "fr")
 
 
 def comparable_captions(scene: Scene, *, rng: np.random.Generator, lang: str,
@@ -54,12 +58,20 @@ def comparable_captions(scene: Scene, *, rng: np.random.Generator, lang: str,
     return out
 
 
-def parallel_caption(scene: Scene, *, rng: np.random.Generator) -> tuple[CaptionSpec, str, str]:
-    """One spec realised in English and in German: a sentence and its exact translation."""
+def parallel_captions(scene: Scene, *, rng: np.random.Generator,
+                      langs: tuple[str, ...] = TASK1_LANGS) -> tuple[CaptionSpec, dict[str, str]]:
+    """One spec realised in each of ``langs``: a sentence and its exact translations. Only the
+    spec draws from ``rng`` (one draw sequence whatever ``langs`` holds)."""
     spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background)
     kw = dict(groups=scene.groups, background=scene.background,
               background_colour=scene.background_colour)
-    return spec, realise(spec, lang="en", **kw), realise(spec, lang="de", **kw)
+    return spec, {lang: realise(spec, lang=lang, **kw) for lang in langs}
+
+
+def parallel_caption(scene: Scene, *, rng: np.random.Generator) -> tuple[CaptionSpec, str, str]:
+    """One spec realised in English and in German: a sentence and its exact translation."""
+    spec, texts = parallel_captions(scene, rng=rng, langs=("en", "de"))
+    return spec, texts["en"], texts["de"]
 
 
 def image_id(corpus: str, split: str, index: int) -> str:
@@ -71,7 +83,7 @@ class WorldImage:
     image_id: str
     scene: Scene
     captions: Mapping[str, list[str]]  # lang -> captions (comparable)
-    task1: tuple[str, str] | None  # (en, de) for m30k
+    task1: Mapping[str, str] | None  # lang -> the one parallel caption (TASK1_LANGS), for m30k
 
 
 def generate_image(settings: WorldSettings, corpus: str, split: str, index: int) -> WorldImage:
@@ -88,8 +100,7 @@ def generate_image(settings: WorldSettings, corpus: str, split: str, index: int)
     }
     task1 = None
     if corpus == "m30k":
-        _, en, de = parallel_caption(scene, rng=image_rng(settings.seed, corpus, split, index, "task1"))
-        task1 = (en, de)
+        _, task1 = parallel_captions(scene, rng=image_rng(settings.seed, corpus, split, index, "task1"))
     return WorldImage(image_id(corpus, split, index), scene, captions, task1)
 
 
@@ -157,9 +168,8 @@ def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Pat
                     for k, text in enumerate(item.captions.get(lang, [])):
                         caption_rows.append((corpus, split, item.image_id, lang, k, text))
                 if item.task1 is not None:
-                    en, de = item.task1
-                    task1_rows.append((TASK1, split, item.image_id, "de", 0, de))
-                    task1_rows.append((TASK1, split, item.image_id, "en", 0, en))
+                    for lang in TASK1_LANGS:
+                        task1_rows.append((TASK1, split, item.image_id, lang, 0, item.task1[lang]))
                 records.append({"image_id": item.image_id, "path": str(path), **item.scene.to_json()})
             write_parquet_atomic(out_root / "images" / corpus / f"{split}.parquet",
                                  pd.DataFrame(image_rows, columns=IMAGE_COLUMNS))

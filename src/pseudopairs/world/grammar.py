@@ -218,7 +218,8 @@ class Language:
 
 
 LANGUAGES: Registry[Language] = Registry(
-    "demo-world language", modules=("pseudopairs.world.english", "pseudopairs.world.german"))
+    "demo-world language", modules=("pseudopairs.world.english", "pseudopairs.world.german",
+                                    "pseudopairs.world.french", "pseudopairs.world.czech"))
 
 
 def check_aligned(lang: str, *, nouns: dict, colours: dict, sizes: dict, textures: dict,
