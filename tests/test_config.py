@@ -61,9 +61,9 @@ def test_shipped_configs_are_valid(name):
         (lambda c: c["training"].update(c2c_warmup=2.0),
          "config key 'training.c2c_warmup': 2.0 is greater than the maximum of 1"),
         (lambda c: c["training"].update(objective="joint?"),
-         "config key 'training.objective': must be one of ['sampled'] (got 'joint?')"),
+         "config key 'training.objective': must be one of ['sampled', 'joint'] (got 'joint?')"),
         (lambda c: c["experiments"]["en"].update(training={"similarity": "dot"}),
-         "config key 'training.similarity': must be one of ['cosine'] (got 'dot') (with the overrides of "
+         "config key 'training.similarity': must be one of ['cosine', 'order'] (got 'dot') (with the overrides of "
          "experiments.en.training)"),
         (lambda c: c["features"].update(resize=100),
          "config key 'features.crop': must not exceed features.resize (100) (got 112)"),

@@ -496,3 +496,45 @@ def test_exact_ties_between_duplicates_favour_the_correct_item():
     # caption 9 is caption 6 plus one ulp towards image 2 (its image is 3): exactly higher
     s6 = R._exact_scores(images, captions, index[6])
     assert s6[9] > s6[6] and s6[9] - s6[6] < 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# Mean recall (paper 002's mR) and the similarity a model is ranked with
+
+
+def test_mean_recall_is_the_mean_of_the_six_recalls_on_the_hand_case():
+    images, captions, index = hand_inputs()
+    m = ev.retrieval_metrics(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    # by hand (test_hand_case_ranks_and_metrics): I→T R@1, 5, 10 = 100/3, 200/3, 100;
+    # T→I = 100/6, 100, 100 → mean (100/3 + 200/3 + 100 + 100/6 + 100 + 100) / 6 = 2500/36
+    assert m["mean_recall"] == pytest.approx(2500 / 36)
+    assert m["mean_recall"] == pytest.approx(np.mean([m[k] for k in ev.RECALL_KEYS]))
+    assert m["mean_recall"] == pytest.approx(m["rsum"] / 6)
+    assert list(m)[-2:] == ["rsum", "mean_recall"]
+    from pseudopairs.evaluation.metrics import mean_recall
+
+    assert mean_recall({k: 50.0 for k in ev.RECALL_KEYS}) == 50.0
+    with pytest.raises(ValueError, match="lack"):
+        mean_recall({"i2t_r1": 1.0})
+
+
+def test_metrics_take_the_similarity_and_the_cli_too(tmp_path):
+    # Order similarity on a hand case: images (1, 1) and (0, 0); captions (0.5, 0.5) of image 0
+    # and (0, 0) of image 1. Violations: image 0 dominates both (0, 0): ties; image 1 = (0, 0)
+    # violates caption 0 by 0.5. I→T: both 0. T→I: caption 0 → 0, caption 1: image 0 ties → 0.
+    images = np.array([[1.0, 1.0], [0.0, 0.0]], dtype=np.float32)
+    captions = np.array([[0.5, 0.5], [0.0, 0.0]], dtype=np.float32)
+    index = np.array([0, 1])
+    m = ev.retrieval_metrics(image_embeddings=images, caption_embeddings=captions, caption_image_index=index,
+                             similarity="order")
+    assert m["i2t_r1"] == 100.0 and m["t2i_r1"] == 100.0 and m["mean_recall"] == 100.0
+    dot = ev.retrieval_metrics(image_embeddings=images + 0.1, caption_embeddings=captions + 0.1,
+                               caption_image_index=index)
+    assert dot["i2t_r1"] == 50.0     # the default (dot products): image 1 = (.1, .1) prefers caption 0
+    for name, x in (("img", images), ("cap", captions), ("idx", index)):
+        np.save(tmp_path / f"{name}.npy", x)
+    out = tmp_path / "metrics.json"
+    assert run_cli(["score-embeddings", "--images", str(tmp_path / "img.npy"), "--captions",
+                    str(tmp_path / "cap.npy"), "--caption-image-index", str(tmp_path / "idx.npy"),
+                    "--output", str(out), "--device", "cpu", "--similarity", "order"]) == 0
+    assert json.loads(out.read_text()) == m

@@ -104,7 +104,7 @@ def test_model_init_is_deterministic_and_pad_row_is_zero():
     assert torch.count_nonzero(m1.embedding.weight[0]) == 0
     assert torch.count_nonzero(m1.image_projection.bias) == 0
     assert m1.config() == {"vocab_size": 20, "embedding_dim": 6, "joint_dim": 8, "image_dim": 10,
-                           "image_normalization": "raw"}
+                           "image_normalization": "raw", "similarity": "cosine"}
 
 
 def test_caption_encoding_is_final_state_of_the_real_length():
@@ -269,3 +269,97 @@ def test_task_sampler_state_round_trip_and_checks():
     assert [other.draw() for _ in range(50)] == expected
     with pytest.raises(ValueError, match="at least one c2i"):
         TaskSampler(c2i=[], c2c=["x"], c2c_probability=0.5, rng=np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------------------------
+# The joint objective (paper 003): its loss and its batches
+
+
+def test_joint_loss_is_the_sum_of_the_pairwise_losses_by_hand():
+    from pseudopairs.model.losses import joint_loss
+
+    # Images = _hand_case's a, English = its b (loss .84 by hand, max violation, margin .2);
+    # German exists for images 0 and 2 only: (1, 0, 0) and (0.6, 0.8, 0) — image 0 and image 2
+    # exactly, so image–German costs max(0, .2 − 1 + s_02) with s_02 = .6 → 0 both ways: 0.
+    # English–German on images 0, 2: en0 = (1, 0, 0), en2 = (0, .6, .8) against de0, de2:
+    # s = [[1, .6], [0, .48]]; caption cost en2 vs de0: .2 − .48 + 0 → 0; en0 vs de2: .2 − 1 + .6
+    # → 0; de2 vs en0 (s_02 = .6): .2 − .48 + .6 = .32; de0 vs en2 (s_10 = 0): 0 → .32.
+    images, english = _hand_case()
+    german = torch.tensor([[1.0, 0, 0], [0.6, 0.8, 0]])
+    sources = {"image": (images, np.arange(3)), "en": (english, np.arange(3)),
+               "de": (german, np.array([0, 2]))}
+    pairs = [("image", "en", "cosine"), ("image", "de", "cosine"), ("en", "de", "cosine")]
+    sizes: list = []
+    loss = joint_loss(sources, pairs, margin=0.2, sizes=sizes)
+    assert loss.item() == pytest.approx(0.84 + 0.0 + 0.32, abs=1e-6)
+    assert sizes == [3, 2, 2]
+    separately = sum(contrastive_loss(a[rows_a], b[rows_b], margin=0.2).item() for a, b, rows_a, rows_b in [
+        (images, english, [0, 1, 2], [0, 1, 2]), (images, german, [0, 2], [0, 1]),
+        (english, german, [0, 2], [0, 1])])
+    assert loss.item() == pytest.approx(separately, abs=1e-6)
+    # the sum over negatives and the order similarity: still the sum of the pairs' losses
+    for options in ({"max_violation": False}, {}):
+        sim = "order" if not options else "cosine"
+        pairs = [("image", "en", sim), ("image", "de", sim), ("en", "de", "cosine")]
+        expected = (contrastive_loss(images, english, margin=0.2, similarity=sim, **options)
+                    + contrastive_loss(images[[0, 2]], german, margin=0.2, similarity=sim, **options)
+                    + contrastive_loss(english[[0, 2]], german, margin=0.2, **options))
+        got = joint_loss(sources, pairs, margin=0.2, **options)
+        assert got.item() == pytest.approx(expected.item(), abs=1e-6)
+    # a pair with fewer than two shared items has no negative: skipped; nothing at all → 0
+    one = {"image": (images, np.arange(3)), "de": (german[:1], np.array([1]))}
+    assert joint_loss(one, [("image", "de", "cosine")], margin=0.2).item() == 0.0
+
+
+def _joint_data(tmp_path):
+    """En and De caption sets over three images with features (i1 has none: its captions are
+    dropped); German lacks image i2."""
+    vocab = _write_tiny_corpus(tmp_path)
+    frame = pd.read_parquet(tmp_path / "captions.parquet")
+    frame = frame[~((frame["lang"] == "de") & (frame["image_id"] == "i2"))]
+    frame.to_parquet(tmp_path / "captions.parquet", index=False)
+    save_features(tmp_path / "feats.npz", image_ids=["i2", "i0", "i1"],
+                  features=np.arange(12, dtype=np.float16).reshape(3, 4))
+    (tmp_path / "feats.skipped.tsv").unlink()
+    kw = dict(captions=tmp_path / "captions.parquet", vocab=vocab, features=tmp_path / "feats.npz",
+              feature_cache={})
+    en = load_caption_set(name="m.en", lang="en", **kw)
+    de = load_caption_set(name="m.de", lang="de", **kw)
+    return vocab, en, de
+
+
+def test_joint_groups_and_batches(tmp_path):
+    from pseudopairs.model.joint import JointSampler, joint_groups
+
+    vocab, en, de = _joint_data(tmp_path)
+    c2i = [C2IData(en), C2IData(de)]
+    (group,) = joint_groups(c2i, [C2CData("m.en+m.de", en, de)])
+    assert group.name == "m.en+m.de" and group.c2c == [("m.en", "m.de", "m.en+m.de")]
+    assert group.images.tolist() == [0, 1, 2]             # feature rows of i2, i0, i1
+    batch = group.batch(np.array([2, 0, 1]), np.random.default_rng(0))
+    assert batch.features.tolist() == [[8, 9, 10, 11], [0, 1, 2, 3], [4, 5, 6, 7]]
+    tokens, lengths, rows = batch.captions["m.en"]
+    assert rows.tolist() == [0, 1, 2]                     # every image has English
+    words = {"i0": "red ball", "i1": "blue box", "i2": "green cup"}
+    for row, image in zip(rows, ["i1", "i2", "i0"]):
+        assert [vocab.words[t] for t in tokens[row].tolist() if t] == ["a", *words[image].split()]
+    tokens, _, rows = batch.captions["m.de"]
+    assert rows.tolist() == [0, 2]                        # no German for i2 (position 1)
+    # deterministic and resumable: a restored sampler draws the same batches
+    sampler = JointSampler([group], batch_size=2, seed=3)
+    sampler.next()
+    state = sampler.state_dict()
+    ahead = [sampler.next()[1] for _ in range(4)]
+    again = JointSampler([group], batch_size=2, seed=3)
+    again.load_state_dict(state)
+    for a, b in zip(ahead, [again.next()[1] for _ in range(4)]):
+        assert torch.equal(a.features, b.features)
+        assert all(torch.equal(a.captions[k][0], b.captions[k][0]) for k in a.captions)
+
+
+def test_joint_rejects_c2c_over_other_images(tmp_path):
+    from pseudopairs.model.joint import joint_groups
+
+    vocab, en, de = _joint_data(tmp_path)
+    with pytest.raises(ValueError, match="c2c data set m.en\\+m.de pairs captions that are not both c2i"):
+        joint_groups([C2IData(en)], [C2CData("m.en+m.de", en, de)])

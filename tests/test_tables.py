@@ -116,3 +116,20 @@ def test_pseudopair_statistics_render_mean_sd_and_paper():
     assert cells[:3] == ["de_coco", "cosine", f"35.0 ± {100 * math.sqrt(0.005):.1f} [37.0]"]
     assert cells[10] == "0.50 [0.51]"         # Jaccard across seeds
     assert "| de_coco vs x | 0.25 [0.41] | 0.10 |" in text
+
+
+def test_retrieval_tables_have_a_mean_recall_column_per_language():
+    spec = {**SPEC, "sum_sum": False}
+    a1, a2 = run(120.0, 10.0), run(180.0, 14.0)
+    a1["retrieval"]["en"]["mean_recall"] = 20.0      # recorded by the evaluate step (rsum / 6)
+    a2["retrieval"]["en"]["mean_recall"] = 30.0
+    frame = tables.retrieval_table(spec, {"a": [a1, a2]})     # de: older metrics.json, no mean_recall
+    a = frame.iloc[0]
+    assert a["en_mean_recall_mean"] == 25.0 and a["en_mean_recall_std"] == pytest.approx(math.sqrt(50))
+    assert a["de_mean_recall_mean"] == 50.0                   # rsum 300 / 6
+    assert a["paper_en_mean_recall"] == 0.5                   # the paper's Sum 3.0 / 6
+    assert math.isnan(a["paper_de_mean_recall"]) and frame.iloc[1]["paper_de_mean_recall"] == 1.0
+    text = tables.markdown_table("t", spec, frame)
+    assert "|  | en I→T R@1 | en T→I R@1 | en Sum | en mR | de I→T R@1 | de T→I R@1 | de Sum | de mR | n |" in text
+    assert "| A | 12.0 ± 2.8 [1.0] | 20.0 ± 0.0 [2.0] | 150.0 ± 42.4 [3.0] | 25.0 ± 7.1 [0.5] |" in text
+    assert "| ref only | – | – | – | – | – [4.0] | – [5.0] | – [6.0] | – [1.0] | 0 |" in text

@@ -502,7 +502,7 @@ def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_pa
     assert torch.allclose(model.encode_images(x), by_hand, atol=1e-6)
     # scaling an image's features changes nothing under l2 (it does under raw)
     assert torch.allclose(model.encode_images(3 * x), model.encode_images(x), atol=1e-6)
-    with pytest.raises(ValueError, match="image_normalization must be one of"):
+    with pytest.raises(ValueError, match=r"model\.image_normalization: must be one of \[.raw., .l2., .standardize.\]"):
         _run(world, tmp_path / "bad", image_normalization="whiten")
 
 
@@ -550,3 +550,123 @@ def test_killed_run_with_warm_up_resumes_to_the_same_result(world, tmp_path, mon
     assert _same_weights(_weights(tmp_path / "straight"), _weights(tmp_path / "resumed"))
     assert ((tmp_path / "straight" / "train_log.csv").read_text()
             == (tmp_path / "resumed" / "train_log.csv").read_text())
+
+
+# --------------------------------------------------------------------------------------------
+# The order similarity (paper 001) and the joint objective (paper 003)
+
+
+def test_tiny_training_run_with_the_order_similarity_learns(world, tmp_path):
+    from pseudopairs.evaluation import retrieval_metrics
+    from pseudopairs.io import load_features, read_captions
+    from pseudopairs.data.vocab import Vocabulary
+
+    summary = _run(world, tmp_path, similarity="order", margin=0.05, max_updates=250, validate_every=50)
+    per_lang = {lang: m["rsum"] for lang, m in summary["val_metrics"].items()}
+    assert all(v > 300 for v in per_lang.values()), per_lang          # chance ≈ 78 per language
+    model, meta = checkpoints.load_model(tmp_path / "checkpoint.pt")
+    assert model.similarity == "order" and meta["similarity"] == "order"
+    # evaluation ranks with the model's similarity and reproduces the validation score
+    spec, vocab_path = world
+    ids, feats = load_features(spec["validation"]["features"])
+    images = encode.encode_image_features(model, feats)
+    captions = read_captions(spec["validation"]["captions"], lang="en")
+    texts = encode.encode_captions_texts(model, Vocabulary.load(vocab_path), captions["text"].tolist())
+    assert (images >= 0).all() and (texts >= 0).all()
+    row = {image: i for i, image in enumerate(ids)}
+    index = np.array([row[i] for i in captions["image_id"]])
+    metrics = retrieval_metrics(image_embeddings=images, caption_embeddings=texts,
+                                caption_image_index=index, similarity=model.similarity)
+    assert metrics["rsum"] == pytest.approx(meta["val_metrics"]["en"]["rsum"])
+    assert metrics["mean_recall"] == pytest.approx(metrics["rsum"] / 6)
+
+
+def test_c2c_batches_of_an_order_run_use_the_cosine(world, tmp_path, monkeypatch):
+    from pseudopairs.model import losses
+
+    seen = []
+    real = losses.contrastive_loss
+
+    def spy(a, b, **kwargs):
+        seen.append(kwargs["similarity"])
+        return real(a, b, **kwargs)
+
+    monkeypatch.setattr(steps, "contrastive_loss", spy)
+    _run(world, tmp_path, similarity="order", margin=0.05, max_updates=20)
+    log = pd.read_csv(tmp_path / "train_log.csv")
+    assert seen == ["cosine" if task == "c2c" else "order" for task in log["task"]]
+
+
+def _count_joint_steps(monkeypatch, *, fail_at=None):
+    calls = {"n": 0}
+    real = steps.joint_step
+
+    def wrapper(trainer):
+        calls["n"] += 1
+        if fail_at is not None and calls["n"] == fail_at:
+            raise _Killed("simulated kill")
+        return real(trainer)
+
+    monkeypatch.setattr(steps, "joint_step", wrapper)
+    return calls
+
+
+def test_tiny_joint_run_trains_and_logs_one_joint_task(world, tmp_path):
+    summary = _run(world, tmp_path, objective="joint", max_updates=250, validate_every=50)
+    per_lang = {lang: m["rsum"] for lang, m in summary["val_metrics"].items()}
+    assert all(v > 300 for v in per_lang.values()), per_lang
+    log = pd.read_csv(tmp_path / "train_log.csv")
+    assert set(log["task"]) == {"joint"} and set(log["dataset"]) == {"m30k.en+m30k.de"}
+    assert np.isfinite(log["loss"]).all() and (log["loss"] >= 0).all()
+
+
+def test_joint_update_is_the_sum_over_every_pair_of_sources(world, tmp_path, monkeypatch):
+    from pseudopairs.model import losses
+
+    calls = []
+    real = losses.joint_loss
+
+    def spy(sources, pairs, **kwargs):
+        calls.append((sorted(sources), list(pairs)))
+        return real(sources, pairs, **kwargs)
+
+    monkeypatch.setattr(steps, "joint_loss", spy)
+    _run(world, tmp_path, objective="joint", similarity="order", margin=0.05, max_updates=3)
+    assert calls[0] == (["image", "m30k.de", "m30k.en"],
+                        [("image", "m30k.en", "order"), ("image", "m30k.de", "order")])
+    assert calls[1] == (["image", "m30k.de", "m30k.en"], [("m30k.en", "m30k.de", "cosine")])
+    assert len(calls) == 6
+
+
+def test_joint_runs_are_deterministic_and_a_killed_one_resumes_to_the_same_result(world, tmp_path, monkeypatch):
+    _run(world, tmp_path / "a", objective="joint", max_updates=40)
+    _run(world, tmp_path / "b", objective="joint", max_updates=40)
+    assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
+    _count_joint_steps(monkeypatch, fail_at=25)
+    with pytest.raises(_Killed):
+        _run(world, tmp_path / "resumed", objective="joint", max_updates=40)
+    assert pd.read_csv(tmp_path / "resumed" / "train_log.partial.csv")["update"].max() == 20
+    calls = _count_joint_steps(monkeypatch)
+    _run(world, tmp_path / "resumed", objective="joint", max_updates=40)
+    assert calls["n"] == 20
+    assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "resumed"))
+    assert ((tmp_path / "a" / "train_log.csv").read_text()
+            == (tmp_path / "resumed" / "train_log.csv").read_text())
+
+
+def test_joint_with_warm_up_adds_the_caption_pairs_once_off_the_plateau(world, tmp_path, monkeypatch):
+    from pseudopairs.model import losses
+
+    c2c_terms = []
+    real = losses.joint_loss
+
+    def spy(sources, pairs, **kwargs):
+        c2c_terms.append(any(a != "image" for a, _, _ in pairs))
+        return real(sources, pairs, **kwargs)
+
+    monkeypatch.setattr(steps, "joint_loss", spy)
+    summary = _run(world, tmp_path, objective="joint", c2c_warmup=0.9, max_updates=60)
+    start = summary["c2c_from"]
+    assert start is not None and 10 <= start < 60
+    assert not any(c2c_terms[:start])   # one c2i call per update until c2c went on ...
+    assert any(c2c_terms[start:])       # ... then the caption–caption pairs join

@@ -1,7 +1,9 @@
 """Retrieval metrics (paper §3.3): R@K = percentage of queries with rank < K; median rank =
 ``floor(median(rank)) + 1`` (ranks are 0-based); ``rsum`` = the six recalls summed (the paper's
-per-language "Sum"); :func:`sum_of_sums` adds those over languages ("Sum(Sum)"). Ranks come from
-the exact engine of :mod:`pseudopairs.evaluation.ranks`."""
+per-language "Sum"); ``mean_recall`` = their mean, ``rsum / 6`` (paper 002's mean recall "mR":
+R@1, R@5, R@10 of both directions averaged per language); :func:`sum_of_sums` adds the rsums over
+languages ("Sum(Sum)"). Ranks come from the exact engines of :mod:`pseudopairs.evaluation.ranks`,
+under the model's similarity (``similarity``: a registered function, default ``cosine``)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ RECALL_KS = (1, 5, 10)
 METRIC_KEYS = (
     "i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr",
     "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr",
-    "rsum",
+    "rsum", "mean_recall",
 )
 
 
@@ -50,7 +52,16 @@ def metrics_from_ranks(*, i2t_ranks: np.ndarray, t2i_ranks: np.ndarray) -> dict[
             out[f"{direction}_r{k}"] = recall_at(ranks, k)
         out[f"{direction}_medr"] = median_rank(ranks)
     out["rsum"] = float(sum(out[key] for key in RECALL_KEYS))
+    out["mean_recall"] = mean_recall(out)
     return {key: out[key] for key in METRIC_KEYS}
+
+
+def mean_recall(metrics: Mapping[str, float]) -> float:
+    """Paper 002's mean recall (mR): the mean of R@1, R@5, R@10 of I→T and of T→I, in percent."""
+    missing = [key for key in RECALL_KEYS if key not in metrics]
+    if missing:
+        raise ValueError(f"mean_recall: metrics lack {missing}")
+    return float(sum(float(metrics[key]) for key in RECALL_KEYS) / len(RECALL_KEYS))
 
 
 def retrieval_metrics(
@@ -61,13 +72,15 @@ def retrieval_metrics(
     device: str | torch.device | None = None,
     block_size: int | None = None,
     progress: bool = False,
+    similarity: str = "cosine",
 ) -> dict[str, float]:
-    """I→T and T→I R@1/5/10, median ranks and rsum (plain floats) — vectorised.
+    """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
 
     ``image_embeddings`` (n_images × d) and ``caption_embeddings`` (n_captions × d): numpy arrays
     or torch tensors, rows L2-normalised (similarity = dot product). ``caption_image_index[k]`` =
     row of caption k's image. Captions may be in any order; an image may have any number ≥ 0 of
-    captions — images with none are T→I candidates only, not I→T queries.
+    captions — images with none are T→I candidates only, not I→T queries. ``similarity``: the
+    registered function to rank with (``order``: the model's non-negative rows, image = ``v``).
     """
     ranks = retrieval_ranks(
         image_embeddings=image_embeddings,
@@ -76,12 +89,14 @@ def retrieval_metrics(
         device=device,
         block_size=block_size,
         progress=progress,
+        similarity=similarity,
     )
     return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
 
 
 def retrieval_metrics_reference(
-    *, image_embeddings: Any, caption_embeddings: Any, caption_image_index: Any, progress: bool = False
+    *, image_embeddings: Any, caption_embeddings: Any, caption_image_index: Any, progress: bool = False,
+    similarity: str = "cosine",
 ) -> dict[str, float]:
     """:func:`retrieval_metrics` computed with the per-query loop of :func:`retrieval_ranks_reference`."""
     ranks = retrieval_ranks_reference(
@@ -89,6 +104,7 @@ def retrieval_metrics_reference(
         caption_embeddings=caption_embeddings,
         caption_image_index=caption_image_index,
         progress=progress,
+        similarity=similarity,
     )
     return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
 

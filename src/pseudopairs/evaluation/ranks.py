@@ -32,8 +32,15 @@ every entry is compared with a window ``t ± W`` around it, ``W`` being a proven
 float32 error of the entry and the threshold plus the float64 error
 (:mod:`pseudopairs.similarity`): entries above the window are counted as higher, entries below
 it are not, and the rare entries inside it (beyond the correct one) are settled in float64 with
-the exact routine. :func:`retrieval_ranks_reference` is a plain per-query loop over exact float64
+the exact routine. Where :func:`pseudopairs.similarity.bf16_enabled` says so (a CPU with a
+bfloat16 dot-product unit, a GPU with bf16 tensor cores) the GEMM runs on rows rounded to bfloat16
+instead, with windows from its own proven bound (:func:`_candidate_gemm`): the same ranks, faster. :func:`retrieval_ranks_reference` is a plain per-query loop over exact float64
 scores (sort the candidates, find the correct one) kept to check it.
+
+Other similarities: ``similarity=NAME`` (a registered function,
+:mod:`pseudopairs.similarity.functions`; default ``cosine``, the engine above) ranks with that
+function's own exact blocked engine under the same rule (``order``:
+:mod:`pseudopairs.similarity.order`, float64 blocks), and the reference with its exact pair scores.
 
 Metrics: ``R@K`` = percentage of queries with rank < K; median rank = ``floor(median(rank)) + 1``
 (ranks are 0-based, so this is the 1-based median, floored); ``rsum`` = the six recalls summed
@@ -48,10 +55,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pseudopairs.similarity import (DenseRows, ThresholdCounter, U32, block_shape, combine_units,
-                                    cpu_threads, dot64_pairs, dot64_relative_error, engine_device,
-                                    gemm_relative_error, is_tensor, iter_blocks, matmul_input_unit,
+from pseudopairs.similarity import (DenseRows, ThresholdCounter, U32, accumulation_unit,
+                                    bf16_dot_error, bf16_enabled, bf16_from_blocks, bf16_slack,
+                                    block_shape, combine_units, cpu_threads, dot64_pairs,
+                                    dot64_relative_error, engine_device, gemm_relative_error,
+                                    is_tensor, iter_blocks, matmul_input_unit, output_unit,
                                     underflow_slack, uses_torch)
+from pseudopairs.similarity.functions import SIMILARITIES
 from pseudopairs.similarity.reducers import _gather, _np
 
 
@@ -216,6 +226,52 @@ def _scale_check(images: _Embeddings, captions: _Embeddings) -> None:
                          "rescale the embeddings")
 
 
+class _CandidateGemm(NamedTuple):
+    """The GEMM of the rank pass and its windows: ``rows`` and ``database`` for
+    :func:`iter_blocks`; ``half_img(r0, r1, t)`` / ``half_cap(t)``: half-widths of the windows
+    around the thresholds ``t`` of image rows ``r0:r1`` / of every caption."""
+
+    rows: Any
+    database: Any
+    half_img: Any
+    half_cap: Any
+
+
+def _candidate_gemm(images: _Embeddings, captions: _Embeddings, device: Any) -> _CandidateGemm:
+    """float32: ``W = 2·(e_gemm + e_64)·‖x‖·max‖y‖ + 2·underflow`` per line (module docstring).
+
+    bf16 (:mod:`pseudopairs.similarity.lowp`): an entry ``v`` of rows x, y is within
+    ``E + u·|v|`` of the exact score, ``E`` = :func:`bf16_dot_error` (with the measured rounding
+    errors, maximised over the other side) + float32 input rounding + the float64 error + slack,
+    ``u`` = the kernel's output rounding. With a threshold ``t`` bounded alike, ``v > t + W``
+    proves a higher exact score and ``v < t − W`` a lower-or-equal one for
+    ``W = (2E + 2u·|t|)/(1 − u)`` (``v − u|v|`` is increasing and ``|v| ≤ |t| + |v − t|``); a
+    float32 threshold (error ≤ E) is covered by the same W.
+    """
+    dim = images.raw.shape[1]
+    x, y = images.norm, captions.norm
+    slack = underflow_slack(dim, x_absmax=float(x.max()), y_absmax=float(y.max()))
+    if not bf16_enabled(device):
+        unit = combine_units(U32, matmul_input_unit(device))  # input rounding, then the matmul's own
+        rel = gemm_relative_error(dim, input_unit=unit) + dot64_relative_error(dim)
+        scale = 2.0 * rel * (1.0 + 2.0**-20)
+        w_img, w_cap = scale * x * y.max() + 2.0 * slack, scale * x.max() * y + 2.0 * slack
+        return _CandidateGemm(DenseRows(images.gemm), captions.gemm,
+                              lambda r0, r1, t: w_img[r0:r1], lambda t: w_cap)
+    buffers = uses_torch(device)
+    img16 = bf16_from_blocks(x.size, lambda s, e: images.gemm[s:e], torch_buffers=buffers)
+    cap16 = bf16_from_blocks(y.size, lambda s, e: captions.gemm[s:e], torch_buffers=buffers)
+    acc, u = accumulation_unit(device), output_unit(device)
+    rel = 2 * U32 + U32 * U32 + dot64_relative_error(dim)
+    slack16 = bf16_slack(dim, x_absmax=float(x.max()), y_absmax=float(y.max()))
+    e_img = bf16_dot_error(x, img16.err, y.max(), cap16.err_max, dim, unit=acc) + rel * x * y.max() + slack16
+    e_cap = bf16_dot_error(x.max(), img16.err_max, y, cap16.err, dim, unit=acc) + rel * x.max() * y + slack16
+    grow = (1.0 + 2.0**-20) / (1.0 - u)
+    return _CandidateGemm(DenseRows(img16.data), cap16,
+                          lambda r0, r1, t: (2 * e_img[r0:r1] + 2 * u * np.abs(t)) * grow,
+                          lambda t: (2 * e_cap + 2 * u * np.abs(t)) * grow)
+
+
 def _exact_rank_counts(
     images: _Embeddings,
     captions: _Embeddings,
@@ -230,30 +286,23 @@ def _exact_rank_counts(
 
     I→T thresholds come from each block (it holds whole rows, hence all of an image's captions);
     T→I thresholds from the block too when one block holds every image, else from a float32
-    row-wise product computed first. Windows: ``W = 2·(e_gemm + e_64)·‖x‖·max‖y‖ + 2·underflow``
-    per line (see :mod:`pseudopairs.similarity`), rounded outward to float32.
+    row-wise product computed first. Windows: :func:`_candidate_gemm` (float32 or bf16 GEMM),
+    rounded outward to float32.
     """
     _scale_check(images, captions)
     n_img, n_cap = images.raw.shape[0], captions.raw.shape[0]
-    dim = images.raw.shape[1]
     rows, _ = block_shape(n_img, n_cap, rows=block_rows, cols=n_cap)
-    # inputs rounded to float32 (unless they are float32), then whatever the matmul itself rounds
-    unit = combine_units(U32, matmul_input_unit(device))
-    rel = gemm_relative_error(dim, input_unit=unit) + dot64_relative_error(dim)
-    slack = underflow_slack(dim, x_absmax=float(images.norm.max()), y_absmax=float(captions.norm.max()))
-    scale = 2.0 * rel * (1.0 + 2.0**-20)
-    w_img = scale * images.norm * captions.norm.max() + 2.0 * slack
-    w_cap = scale * images.norm.max() * captions.norm + 2.0 * slack
+    gemm = _candidate_gemm(images, captions, device)
     order = np.argsort(index, kind="stable")  # captions grouped by image, any input order
     bounds = np.searchsorted(index[order], np.arange(n_img + 1))
     has_caption = bounds[1:] > bounds[:-1]
     single = rows >= n_img
     col_lo = col_hi = None
     if columns and not single:
-        col_lo, col_hi = _window32(_rowwise_dot32(images.gemm, captions.gemm, index), w_cap)
+        t_cap = _rowwise_dot32(images.gemm, captions.gemm, index)
+        col_lo, col_hi = _window32(t_cap, gemm.half_cap(t_cap))
     counter = None
-    for block in iter_blocks(DenseRows(images.gemm), captions.gemm, rows=rows, cols=n_cap,
-                             progress=progress, desc="ranks"):
+    for block in iter_blocks(gemm.rows, gemm.database, rows=rows, cols=n_cap, progress=progress, desc="ranks"):
         r0, r1 = block.row0, block.row1
         lo, hi = int(bounds[r0]), int(bounds[r1])
         caps = order[lo:hi]
@@ -262,12 +311,12 @@ def _exact_rank_counts(
         have = has_caption[r0:r1]
         if have.any():
             best[have] = np.maximum.reduceat(correct, (bounds[r0:r1] - lo)[have])
-        row_lo, row_hi = _window32(best, w_img[r0:r1])
+        row_lo, row_hi = _window32(best, gemm.half_img(r0, r1, best))
         if counter is None:
             if columns and single:
                 t_cap = np.empty(n_cap, dtype=np.float32)
                 t_cap[caps] = correct
-                col_lo, col_hi = _window32(t_cap, w_cap)
+                col_lo, col_hi = _window32(t_cap, gemm.half_cap(t_cap))
             counter = ThresholdCounter(
                 n_rows=n_img, n_cols=n_cap, rows=True, col_lo=col_lo, col_hi=col_hi,
                 row_expected=has_caption.astype(np.int64),
@@ -321,6 +370,7 @@ def retrieval_ranks(
     device: str | torch.device | None = None,
     block_size: int | None = None,
     progress: bool = False,
+    similarity: str = "cosine",
 ) -> RetrievalRanks:
     """0-based I→T and T→I ranks (exact rule, one blocked pass). See the module docstring.
 
@@ -330,6 +380,14 @@ def retrieval_ranks(
     """
     index = _validate_retrieval_inputs(image_embeddings, caption_embeddings, caption_image_index, finite=False)
     dev = engine_device(device, image_embeddings, caption_embeddings)
+    engine = SIMILARITIES.get(similarity).rank_engine()
+    if engine is not None:  # a similarity with its own exact engine (e.g. order)
+        if block_size is not None and int(block_size) < 1:
+            raise ValueError(f"block_size must be a positive number of rows, got {block_size}")
+        i2t_all, t2i = engine(image_embeddings, caption_embeddings, index, device=dev,
+                              block_size=block_size, progress=progress)
+        query_rows = np.flatnonzero(np.bincount(index, minlength=i2t_all.shape[0]) > 0)
+        return RetrievalRanks(i2t=i2t_all[query_rows], i2t_image_rows=query_rows, t2i=t2i)
     return _retrieval_ranks_on(image_embeddings, caption_embeddings, index, device=dev,
                                block_size=block_size, progress=progress)
 
@@ -368,12 +426,16 @@ def retrieval_ranks_reference(
     caption_embeddings: Any,
     caption_image_index: Any,
     progress: bool = False,
+    similarity: str = "cosine",
 ) -> RetrievalRanks:
     """Same result as :func:`retrieval_ranks`, one query at a time (exact float64 scores of the
     query against every candidate, then a sort; slow, for checks)."""
     index = _validate_retrieval_inputs(image_embeddings, caption_embeddings, caption_image_index)
     images = _to_numpy(image_embeddings, "image_embeddings")
     captions = _to_numpy(caption_embeddings, "caption_embeddings")
+    pairs = SIMILARITIES.get(similarity).pair_scores()
+    if pairs is not None:  # that similarity's exact scores: image rows × caption rows
+        return _pair_reference(pairs, images, captions, index, progress=progress)
     i2t, rows = [], []
     for i in tqdm(range(images.shape[0]), desc="I→T (reference)", disable=not progress):
         correct = index == i
@@ -390,6 +452,18 @@ def retrieval_ranks_reference(
         i2t_image_rows=np.asarray(rows, dtype=np.int64),
         t2i=np.asarray(t2i, dtype=np.int64),
     )
+
+
+def _pair_reference(pairs, images, captions, index, *, progress=False) -> RetrievalRanks:
+    """:func:`retrieval_ranks_reference` with an exact pair-score routine ``pairs``."""
+    n, m = images.shape[0], captions.shape[0]
+    rows = np.flatnonzero(np.bincount(index, minlength=n) > 0)
+    i2t = [_reference_rank(pairs(images, captions, image_rows=np.full(m, i), caption_rows=np.arange(m)),
+                           index == i) for i in tqdm(rows, desc="I→T (reference)", disable=not progress)]
+    t2i = [_reference_rank(pairs(images, captions, image_rows=np.arange(n), caption_rows=np.full(n, k)),
+                           np.arange(n) == index[k]) for k in tqdm(range(m), desc="T→I (reference)", disable=not progress)]
+    return RetrievalRanks(i2t=np.asarray(i2t, dtype=np.int64), i2t_image_rows=rows.astype(np.int64),
+                          t2i=np.asarray(t2i, dtype=np.int64))
 
 
 def translation_ranks(

@@ -1,6 +1,8 @@
 """The ``evaluate`` step — ``metrics.json`` of a trained model: image–sentence retrieval on the
-evaluation corpus' test split for each language (paper §3.3) and translation retrieval on the
-parallel test pairs (paper §7.1, Table 7) — and two commands that score stored embeddings."""
+evaluation corpus' test split for each language (paper §3.3; R@K, median rank, rsum and mean
+recall, ranked with the model's similarity) and translation retrieval on the parallel test pairs
+(paper §7.1, Table 7; ranked with the similarity between two captions: the cosine, also for an
+``order`` model) — and two commands that score stored embeddings."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pseudopairs.evaluation.metrics import retrieval_metrics, translation_retrie
 from pseudopairs.evaluation.ranks import _validate_retrieval_inputs, _validate_translation_inputs
 from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
 from pseudopairs.settings import resolve_device
+from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,9 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     from pseudopairs.model.encode import encode_captions_texts, encode_image_features
 
     model, meta = load_model(checkpoint, device=device)
+    if caption_similarity(model.similarity) != "cosine":
+        raise ValueError(f"{checkpoint}: translation retrieval has an exact engine for cosine "
+                         f"caption pairs only, not {caption_similarity(model.similarity)!r}")
     vocab = Vocabulary.load(vocab_path)
     image_ids, features = load_features(spec["features"])
     image_embeddings = encode_image_features(model, features)
@@ -65,7 +71,8 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
         caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
         retrieval[lang] = retrieval_metrics(image_embeddings=image_embeddings,
                                             caption_embeddings=caption_embeddings,
-                                            caption_image_index=index)
+                                            caption_image_index=index,
+                                            similarity=model.similarity)
         log.info("%s: %s", lang, retrieval[lang])
     a, b = spec["translation_langs"]
     texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
@@ -124,6 +131,7 @@ def _cli_score_embeddings(args: argparse.Namespace) -> int:
         device=device,
         block_size=args.block_size,
         progress=True,
+        similarity=args.similarity,
     )
     write_json_atomic(args.output, metrics)
     return 0
@@ -161,6 +169,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--output", required=True, help="metrics JSON (written atomically)")
     cli.add_device(p)
     p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")
+    p.add_argument("--similarity", default="cosine", choices=SIMILARITIES.names(),
+                   help="the similarity to rank with (order: image = v; default: cosine)")
     p.set_defaults(func=_cli_score_embeddings)
 
     p = subparsers.add_parser("score-translation", help=cli.COMMANDS["score-translation"].summary)

@@ -31,10 +31,13 @@ from typing import Any, Callable
 import numpy as np
 
 from pseudopairs.mining import criteria as criteria_registry
+from pseudopairs.similarity.functions import caption_similarity
 from pseudopairs.similarity import (DEFAULT_BLOCK_ELEMENTS, U32, UnitRows, UnitRowSource, WindowEntries,
-                                    WindowTopK, block_shape, check_matrix, cosine64_pairs,
-                                    cosine_error_bound, cpu_threads, database32, engine_device,
-                                    is_tensor, matmul_input_unit, run_pass, unit_rows, uses_torch)
+                                    WindowTopK, accumulation_unit, bf16_cosine_error_bound,
+                                    bf16_enabled, block_shape, check_matrix, cosine64_pairs,
+                                    cosine_error_bound, cpu_threads, database32, database_bf16,
+                                    engine_device, is_tensor, iter_blocks, matmul_input_unit,
+                                    max_rounding_error, output_unit, run_pass, unit_rows, uses_torch)
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +85,13 @@ def _inputs(queries: Any, database: Any, threads: int) -> tuple[UnitRows, UnitRo
 
 @dataclass
 class SearchContext:
-    """Prepared rows, the engine device, the block shape and the float32 error bound ``E`` of
-    one search."""
+    """Prepared rows, the engine device, the block shape and the error bounds of one search.
+
+    Candidate passes (:meth:`one_pass`) run on the fastest exact path: the bf16 GEMM where
+    :func:`~pseudopairs.similarity.bf16_enabled` says so, else float32; ``E`` bounds their
+    ``|S − cos|`` and ``window = 2E``. Passes that accumulate scores (``precise=True``: the
+    log-sum-exp normalisers) always run the float32 GEMM, bounded by ``E32`` — so a criterion's
+    result does not depend on the path."""
 
     q: UnitRows
     d: UnitRows
@@ -95,19 +103,49 @@ class SearchContext:
 
     def __post_init__(self) -> None:
         self.n, self.m = self.q.n, self.d.n
-        self.E = cosine_error_bound(self.q.dim, matmul_unit=matmul_input_unit(self.device))
-        self.window = 2.0 * self.E * (1.0 + 2.0**-20)
+        self.E32 = cosine_error_bound(self.q.dim, matmul_unit=matmul_input_unit(self.device))
         self._source = UnitRowSource(self.q, self.device)
-        self._db = database32(self.d, self.device)
+        self._db32 = None
+        self.bf16 = bf16_enabled(self.device)
+        if self.bf16:
+            self._fast = database_bf16(self.d, self.device)
+            q_err = max_rounding_error(self.n, self._source.block)
+            self.E = bf16_cosine_error_bound(self.q.dim, q_err, self._fast.err_max,
+                                             unit=accumulation_unit(self.device),
+                                             out_unit=output_unit(self.device))
+        else:
+            self._fast = self.db32
+            self.E = self.E32
+        self.window = 2.0 * self.E * (1.0 + 2.0**-20)
+        self.window32 = 2.0 * self.E32 * (1.0 + 2.0**-20)
+
+    @property
+    def path(self) -> str:
+        """``"bf16"`` or ``"float32"``: the GEMM of the candidate passes."""
+        return "bf16" if self.bf16 else "float32"
+
+    @property
+    def db32(self) -> Any:
+        """The float32 unit database rows (built on first use)."""
+        if self._db32 is None:
+            self._db32 = database32(self.d, self.device)
+        return self._db32
 
     def cos_of(self, lines_q: np.ndarray, lines_d: np.ndarray) -> np.ndarray:
         """Exact float64 cosines of the pairs (query ``lines_q[i]``, database ``lines_d[i]``)."""
         return cosine64_pairs(self.q, self.d, a_rows=lines_q, b_rows=lines_d, threads=self.threads)
 
-    def one_pass(self, reducers, desc: str, transform=None) -> None:
-        """One blocked pass over the float32 scores, feeding ``reducers``."""
-        run_pass(self._source, self._db, reducers, rows=self.rows, cols=self.cols,
-                 transform=transform, progress=self.progress, desc=desc)
+    def one_pass(self, reducers, desc: str, transform=None, *, precise: bool = False) -> None:
+        """One blocked pass over the scores, feeding ``reducers``: the candidate GEMM (bound
+        ``E``), or with ``precise`` the float32 GEMM (bound ``E32``)."""
+        run_pass(self._source, self.db32 if precise else self._fast, reducers, rows=self.rows,
+                 cols=self.cols, transform=transform, progress=self.progress, desc=desc)
+
+    def whole_rows(self, desc: str):
+        """Precise (float32, bound ``E32``) score blocks that each hold whole rows: as many rows
+        as keep a block within ``rows × cols`` scores (at least one)."""
+        rows = max(1, min(self.rows, (self.rows * self.cols) // self.m))
+        return iter_blocks(self._source, self.db32, rows=rows, cols=self.m, progress=self.progress, desc=desc)
 
 
 def best_per_line(lines: np.ndarray, others: np.ndarray, exact: np.ndarray, n_lines: int) -> tuple[np.ndarray, np.ndarray]:
@@ -139,6 +177,18 @@ def _exact_topk_means(entries: WindowEntries, exact: np.ndarray, k: int, n_lines
     if starts.size != n_lines or counts.min(initial=k) < k:
         raise RuntimeError("internal error: a line has fewer than k candidates")
     return topk_mean(exact[starts[:, None] + np.arange(k)[None, :]])
+
+
+def exact_topk(entries: WindowEntries, exact: np.ndarray, k: int, n_lines: int) -> np.ndarray:
+    """Per line, the k candidates (``other``) with the largest exact values, in decreasing order,
+    ties to the lowest ``other``: an (n_lines × k) array."""
+    order = np.lexsort((entries.other, -exact, entries.line))
+    lines, others = entries.line[order], entries.other[order]
+    starts = np.flatnonzero(np.r_[True, lines[1:] != lines[:-1]]) if lines.size else np.zeros(0, dtype=np.int64)
+    counts = np.diff(np.r_[starts, lines.size])
+    if starts.size != n_lines or counts.min(initial=k) < k:
+        raise RuntimeError("internal error: a line has fewer than k candidates")
+    return others[starts[:, None] + np.arange(k)[None, :]]
 
 
 def cosine_argmax_candidates(ctx: SearchContext, *, columns: bool, desc: str):
@@ -216,7 +266,7 @@ def column_offset_error(ctx: SearchContext, offsets32: np.ndarray) -> tuple[floa
 
 
 def nearest_neighbours(queries, database, *, criterion="cosine", k=None, beta=None, device=None,
-                       block_size=None, progress=False, **params):
+                       block_size=None, progress=False, similarity="cosine", **params):
     """For each query row, its match among the database rows under ``criterion`` (a registered
     criterion; :func:`pseudopairs.mining.criteria.docs_table` lists them with their definitions).
 
@@ -230,10 +280,17 @@ def nearest_neighbours(queries, database, *, criterion="cosine", k=None, beta=No
     score block, or ``(query rows, database rows)`` (default: 2048 query rows × as many database
     rows as keep a block ≤ 2**25 scores on the CPU, 8192 × ≤ 2**27 scores on a GPU).
 
+    ``similarity``: the one the encoding model was trained with; captions are compared with its
+    caption–caption counterpart (:func:`pseudopairs.similarity.functions.caption_similarity`: the
+    cosine for ``cosine`` and for ``order``), which must be the cosine of this engine.
+
     Returns ``(indices, scores)`` as numpy: ``indices`` int64 (n,) — database row per query
     (−1 where the criterion rejects the query); ``scores`` float32 (n,) — the criterion's value
     (NaN where rejected). Exact in the sense of the module docstring.
     """
+    if caption_similarity(similarity) != "cosine":
+        raise ValueError(f"mining compares captions by the cosine; a {similarity!r} model's "
+                         f"captions need {caption_similarity(similarity)!r}")
     threads = cpu_threads()
     spec = criteria_registry.get(criterion)
     dev = engine_device(device, queries, database)

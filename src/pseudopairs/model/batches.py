@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -249,6 +250,11 @@ class C2CData:
 
 # --------------------------------------------------------------------------------------------
 # Sampling
+
+
+def stream_rng(seed: int, key: str) -> np.random.Generator:
+    """A generator for one stream, from the run seed and the stream's name (order-independent)."""
+    return np.random.default_rng([int(seed), zlib.crc32(key.encode("utf-8"))])
 
 
 def _rng_state(rng: np.random.Generator) -> dict:

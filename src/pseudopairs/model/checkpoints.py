@@ -1,7 +1,8 @@
 """Model checkpoints and the random-number state of a training run.
 
 ``checkpoint.pt`` (format :data:`CHECKPOINT_FORMAT`) holds the best weights, the model's
-dimensions, the run's spec and settings, and the best validation score; ``last.pt`` (format
+configuration (dimensions, image normalisation, similarity — ``cosine`` when absent), the run's
+spec and settings, and the best validation score; ``last.pt`` (format
 :data:`STATE_FORMAT`) is the full state of an unfinished run (see :mod:`pseudopairs.model.training`).
 :func:`load_model` reads either.
 """
@@ -56,7 +57,8 @@ def load_model(checkpoint_path, device: str | torch.device = "cpu") -> tuple[Ran
         raise ValueError(f"{path}: not a pseudopairs model checkpoint")
     model = RankingModel(data["vocab_size"], embedding_dim=data["embedding_dim"],
                          joint_dim=data["joint_dim"], image_dim=data["image_dim"],
-                         image_normalization=data.get("image_normalization", "raw"))
+                         image_normalization=data.get("image_normalization", "raw"),
+                         similarity=data.get("similarity", "cosine"))  # older checkpoints: cosine
     model.load_state_dict(data["model_state"])
     model.to(device).eval()
     meta = {k: v for k, v in data.items() if k != "model_state"}

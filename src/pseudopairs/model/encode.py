@@ -58,7 +58,8 @@ def encode_image_features(model: RankingModel, features, *, batch_size: int = 10
 def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float, dict]:
     """Score = Σ over the validation languages of rsum (R@1,5,10 in both directions, percent).
     Each language: all its validation captions against all validation images (every image is a
-    candidate, as in the test evaluation). Returns ``(score, {lang: metrics})``."""
+    candidate, as in the test evaluation), scored with the model's similarity. Returns
+    ``(score, {lang: metrics})``."""
     from pseudopairs.evaluation import retrieval_metrics
 
     image_cache: dict[int, torch.Tensor] = {}
@@ -70,7 +71,8 @@ def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float
             image_cache[key] = encode_image_features(model, caption_set.features)
         result = retrieval_metrics(image_embeddings=image_cache[key],
                                    caption_embeddings=encode_token_table(model, caption_set.tokens),
-                                   caption_image_index=caption_set.feature_rows)
+                                   caption_image_index=caption_set.feature_rows,
+                                   similarity=model.similarity)
         result = {k: float(v) for k, v in result.items()}
         metrics[caption_set.lang] = result
         score += result["rsum"]

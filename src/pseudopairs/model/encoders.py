@@ -4,9 +4,15 @@
 - image side: stored 2048-d ResNet50 features → one trained affine layer → ``joint_dim``;
 - text side: one word-embedding table shared by all languages (PAD = 0) → uni-directional 1-layer
   GRU with ``joint_dim`` hidden units → final hidden state (of the real, unpadded length);
-- both sides L2-normalised, so dot products are cosine similarities;
+- both sides L2-normalised, so dot products are cosine similarities; a model trained with a
+  similarity that needs non-negative embeddings (``order``, paper 001 / Vendrov et al. 2016) takes
+  the absolute value of the unit row, which keeps it a unit row;
 - loss: the VSE++ hinge (Faghri et al.), hardest in-batch negative ("max violation") or sum over
-  all in-batch negatives, both directions, summed over the batch.
+  all in-batch negatives, both directions, summed over the batch, with the model's similarity
+  (:mod:`pseudopairs.similarity.functions`).
+
+The model knows its similarity (``similarity``, in :meth:`RankingModel.config` and so in the
+checkpoint; a checkpoint without it is ``cosine``): validation, evaluation and mining score with it.
 """
 
 from __future__ import annotations
@@ -20,14 +26,17 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from pseudopairs.data.vocab import PAD_ID
 from pseudopairs.model.settings import IMAGE_NORMALIZATIONS
+from pseudopairs.similarity.functions import SIMILARITIES
 
 
 
 class RankingModel(nn.Module):
-    """Image encoder (affine) and caption encoder (embedding → GRU), both L2-normalised."""
+    """Image encoder (affine) and caption encoder (embedding → GRU), both L2-normalised (and made
+    non-negative, ``|x|``, when the similarity needs it)."""
 
     def __init__(self, vocab_size: int, *, embedding_dim: int, joint_dim: int,
-                 image_dim: int = 2048, image_normalization: str = "raw") -> None:
+                 image_dim: int = 2048, image_normalization: str = "raw",
+                 similarity: str = "cosine") -> None:
         super().__init__()
         for key, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
                            ("joint_dim", joint_dim), ("image_dim", image_dim)):
@@ -41,6 +50,11 @@ class RankingModel(nn.Module):
             raise ValueError(f"RankingModel: image_normalization must be one of "
                              f"{list(IMAGE_NORMALIZATIONS)}, got {image_normalization!r}")
         self.image_normalization = image_normalization
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"RankingModel: similarity must be one of {SIMILARITIES.names()}, "
+                             f"got {similarity!r}")
+        self.similarity = similarity
+        self.nonnegative = SIMILARITIES.get(similarity).nonnegative
         self.image_projection = nn.Linear(self.image_dim, self.joint_dim)
         # Fixed per-dimension standardisation of the stored features (identity by default). An
         # affine layer after a fixed affine map is still one affine map, so this changes the
@@ -69,7 +83,7 @@ class RankingModel(nn.Module):
     def config(self) -> dict:
         return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
                 "joint_dim": self.joint_dim, "image_dim": self.image_dim,
-                "image_normalization": self.image_normalization}
+                "image_normalization": self.image_normalization, "similarity": self.similarity}
 
     def set_image_standardization(self, *, mean, std) -> None:
         """Standardise image features as ``(x - mean) / std`` before the affine layer; dimensions
@@ -89,7 +103,7 @@ class RankingModel(nn.Module):
             features = F.normalize(features, dim=1)
         # identity unless set_image_standardization was called (image_normalization: standardize)
         features = (features - self.image_mean) / self.image_scale
-        return F.normalize(self.image_projection(features), dim=1)
+        return self._joint(self.image_projection(features))
 
     def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, T) padded token ids and (B,) real lengths (each ≥ 1) → (B, joint_dim) unit rows:
@@ -101,4 +115,10 @@ class RankingModel(nn.Module):
         embedded = self.embedding(tokens.to(self.device))
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         _, hidden = self.gru(packed)          # (1, B, joint_dim), back in the input order
-        return F.normalize(hidden[-1], dim=1)
+        return self._joint(hidden[-1])
+
+    def _joint(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows into the joint space: L2-normalised, then ``|x|`` if the similarity needs
+        non-negative embeddings (Vendrov et al.'s absolute value; the norm stays 1)."""
+        x = F.normalize(x, dim=1)
+        return x.abs() if self.nonnegative else x

@@ -32,8 +32,14 @@ class TrainingSettings(Settings):
     max_updates: int = setting(kind=int, low=1, doc="a guard: no run should reach it")
     c2c_warmup: float | None = setting(None, kind=float, low=0, high=1, low_open=True, optional=True,
                                        doc="c2c only once the c2i loss < this × the collapsed plateau")
-    objective: str = setting("sampled", kind=str, doc="a registered training objective")
-    similarity: str = setting("cosine", kind=str, doc="a registered similarity function")
+    objective: str = setting("sampled", kind=str,
+                             doc="a registered training objective: sampled (one task per update; papers "
+                                 "000, 004) | joint (the loss summed over every pair of sources of a "
+                                 "batch of images; paper 003)")
+    similarity: str = setting("cosine", kind=str,
+                              doc="a registered similarity function: cosine | order (−‖max(0, c − v)‖² "
+                                  "of image v and caption c on non-negative embeddings; paper 001, "
+                                  "margin 0.05 there)")
     device: str = setting("auto", kind=str, doc="auto | cpu | cuda | cuda:N")
     threads: int = setting(1, kind=int, low=0, doc="torch CPU threads (0: torch's default)")
 

@@ -2,8 +2,10 @@
 
 Each update runs the run's training objective (:mod:`pseudopairs.model.objectives`; ``sampled``:
 draw a task — c2c with probability ``c2c_probability`` when the experiment has c2c data sets,
-else c2i — a data set of that task uniformly, and the next batch of its stream), then one Adam
-step on the VSE++ loss with gradient-norm clipping. Every ``validate_every`` updates (and at the
+else c2i — a data set of that task uniformly, and the next batch of its stream; ``joint``: one
+batch of images with a caption per data set, the loss summed over every pair of sources), then
+one Adam step on the VSE++ loss (with the run's similarity, ``training.similarity``) with
+gradient-norm clipping. Every ``validate_every`` updates (and at the
 last update) the model is scored on the validation split: the sum over ``validation.langs`` of
 R@1+R@5+R@10 in both directions. Training stops after ``patience`` validations without
 improvement or at ``max_updates``; the best model is kept. The training log says which ended it.
@@ -13,7 +15,9 @@ only once the c2i loss has left the collapsed plateau — the loss of a model wh
 all equal, where every hinge is the margin: ``2·B·margin`` per batch for max-violation and
 ``2·B·(B−1)·margin`` for the sum over negatives (B = batch size). With ``c2c_warmup: f``, c2c is
 drawn only after the mean of the last :data:`WARMUP_WINDOW` c2i losses falls below ``f`` × that
-plateau (the authors' threshold 49 at batch 128, margin 0.2 is f ≈ 0.96), and stays on.
+plateau (the authors' threshold 49 at batch 128, margin 0.2 is f ≈ 0.96), and stays on. (Under
+``joint`` the image–caption part of each update, scaled to one full batch, is watched, and the
+caption–caption pairs join the sum once it is below.)
 
 Files in ``out_dir``:
 - ``checkpoint.pt`` — best weights + model dimensions + spec + settings + best score and its
@@ -43,20 +47,18 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
 from pseudopairs import cli
 from pseudopairs.io import write_json_atomic, write_text_atomic
-from pseudopairs.model.batches import BatchStream, C2CData, C2IData, TaskSampler
+from pseudopairs.model.batches import BatchStream, C2CData, C2IData, TaskSampler, stream_rng
 from pseudopairs.model.checkpoints import (CHECKPOINT_FORMAT, STATE_FORMAT, cpu_state, load_model,
                                            rng_states, save_atomic, seed_everything, set_rng_states)
 from pseudopairs.model.encode import validate
@@ -89,21 +91,21 @@ _RUN_NEUTRAL_SETTINGS = ("device", "threads")
 # --------------------------------------------------------------------------------------------
 
 
-def _stream_seed(seed: int, key: str) -> np.random.Generator:
-    """A generator for one stream, from the run seed and the stream's name (order-independent)."""
-    return np.random.default_rng([int(seed), zlib.crc32(key.encode("utf-8"))])
+_stream_seed = stream_rng  # a generator per stream, from the run seed and the stream's name
 
 
 class Trainer:
-    """The model, its optimizer, one batch stream per data set and the task sampler; :meth:`step`
-    is the whole per-update work of the run's objective."""
+    """The model, its optimizer, one batch stream per data set, the task sampler and the
+    objective's own state (``objective_state``, e.g. the ``joint`` sampler); :meth:`step` is the
+    whole per-update work of the run's objective."""
 
     def __init__(self, model: RankingModel, *, c2i: Sequence[C2IData], c2c: Sequence[C2CData],
                  settings: dict, seed: int, device: torch.device | str) -> None:
         self.model = model
         self.device = torch.device(device)
         self.settings = settings
-        self.objective = OBJECTIVES.get(settings.get("objective", "sampled")).step_function()
+        objective = OBJECTIVES.get(settings.get("objective", "sampled"))
+        self.objective = objective.step_function()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
         self.data: dict[tuple[str, str], C2IData | C2CData] = {}
         self.streams: dict[tuple[str, str], BatchStream] = {}
@@ -124,20 +126,30 @@ class Trainer:
             batch_size=settings["batch_size"], margin=settings["margin"],
             max_violation=settings["max_violation"])
         self.recent_c2i: deque = deque(maxlen=WARMUP_WINDOW)
+        setup = objective.setup_function()
+        self.objective_state = setup(self, c2i=c2i, c2c=c2c, seed=seed) if setup else None
 
     def step(self) -> tuple[str, str, torch.Tensor]:
-        task, name, loss = self.objective(self)
-        if not self.c2c_enabled and task == "c2i":
-            self.recent_c2i.append(float(loss))
-            if (len(self.recent_c2i) == WARMUP_WINDOW
-                    and sum(self.recent_c2i) / WARMUP_WINDOW < self.warmup_threshold):
-                self.c2c_enabled = True
-        return task, name, loss
+        return self.objective(self)
+
+    def note_c2i_loss(self, loss: torch.Tensor) -> None:
+        """The c2c warm-up (module docstring): an objective reports each update's c2i loss (of one
+        full batch) while c2c is off; c2c goes on once the last window's mean is below the
+        threshold."""
+        if self.c2c_enabled:
+            return
+        self.recent_c2i.append(float(loss))
+        if (len(self.recent_c2i) == WARMUP_WINDOW
+                and sum(self.recent_c2i) / WARMUP_WINDOW < self.warmup_threshold):
+            self.c2c_enabled = True
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(),
-                "streams": {f"{t}:{n}": s.state_dict() for (t, n), s in self.streams.items()},
-                "c2c_enabled": self.c2c_enabled, "recent_c2i": list(self.recent_c2i)}
+        state = {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(),
+                 "streams": {f"{t}:{n}": s.state_dict() for (t, n), s in self.streams.items()},
+                 "c2c_enabled": self.c2c_enabled, "recent_c2i": list(self.recent_c2i)}
+        if self.objective_state is not None:
+            state["objective"] = self.objective_state.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         streams = state["streams"]
@@ -150,6 +162,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.c2c_enabled = bool(state.get("c2c_enabled", self.c2c_enabled))
         self.recent_c2i = deque(state.get("recent_c2i", []), maxlen=WARMUP_WINDOW)
+        if self.objective_state is not None:
+            self.objective_state.load_state_dict(state["objective"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,7 +195,8 @@ def _write_log(path: Path, rows: list) -> None:
 def _build_model(spec: dict, settings: dict, *, n_words: int, image_dim: int, c2i) -> RankingModel:
     model = RankingModel(n_words, embedding_dim=settings["embedding_dim"],
                          joint_dim=settings["joint_dim"], image_dim=image_dim,
-                         image_normalization=settings["image_normalization"])
+                         image_normalization=settings["image_normalization"],
+                         similarity=settings["similarity"])
     if settings["image_normalization"] == "standardize":
         mean, std = training_image_statistics(c2i)
         model.set_image_standardization(mean=mean, std=std)
@@ -210,7 +225,7 @@ class _Run:
         device = torch.device(resolve_device(settings["device"], key="training.device"))
         self.vocab = vocab = run_vocabulary(spec)
         c2i, c2c, self.val_sets, image_dim = load_data(spec, vocab)
-        if c2c and settings["c2c_probability"] == 0:
+        if c2c and settings["c2c_probability"] == 0 and settings["objective"] == "sampled":
             log.warning("%s: c2c data sets given but c2c_probability is 0; they are never used",
                         spec["experiment"])
         seed_everything(seed)

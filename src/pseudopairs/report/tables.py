@@ -1,7 +1,9 @@
 """The paper's tables from per-model ``metrics.json`` files: mean, standard deviation (sample,
 ddof=1; empty for one seed) and n over seeds, with the published numbers beside ours.
 
-Retrieval tables report, per language, R@1 I→T, R@1 T→I and Sum (R@1+R@5+R@10, both directions);
+Retrieval tables report, per language, R@1 I→T, R@1 T→I and Sum (R@1+R@5+R@10, both directions),
+then the mean recall mR (paper 002: the mean of those six recalls, Sum / 6; the paper's mR is its
+Sum / 6; a metrics.json from before mean_recall was recorded gives rsum / 6);
 ``sum_sum: true`` adds Sum(Sum) over the table's languages. Translation tables (Table 7) report
 R@1 of the true translation in both directions.
 """
@@ -21,6 +23,11 @@ from pseudopairs import cli
 from pseudopairs.io import atomic_path, reading, write_text_atomic
 
 RETRIEVAL_COLUMNS = ("i2t_r1", "t2i_r1", "rsum")  # the paper's three numbers per language
+MEAN_RECALL = "mean_recall"  # one more column per language: mR = rsum / 6 (paper 002)
+
+
+def _mean_recall(metrics: dict) -> float:
+    return float(metrics[MEAN_RECALL]) if MEAN_RECALL in metrics else float(metrics["rsum"]) / 6.0
 
 
 def summarise(values: list[float]) -> tuple[float, float, int]:
@@ -47,12 +54,15 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
         for lang in langs:
             for column in RETRIEVAL_COLUMNS:
                 _put(record, f"{lang}_{column}", [run["retrieval"][lang][column] for run in runs])
+            _put(record, f"{lang}_{MEAN_RECALL}", [_mean_recall(run["retrieval"][lang]) for run in runs])
         if spec.get("sum_sum"):
             _put(record, "sum_sum", [sum(run["retrieval"][lang]["rsum"] for lang in langs) for run in runs])
         paper = row.get("paper", {})
         for lang in langs:
             for column, value in zip(RETRIEVAL_COLUMNS, paper.get(lang, [math.nan] * 3)):
                 record[f"paper_{lang}_{column}"] = value
+            paper_sum = record[f"paper_{lang}_rsum"]
+            record[f"paper_{lang}_{MEAN_RECALL}"] = math.nan if paper_sum is None else float(paper_sum) / 6.0
         if spec.get("sum_sum"):
             record["paper_sum_sum"] = paper.get("sum_sum", math.nan)
         records.append(record)
@@ -131,7 +141,7 @@ def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
         langs = spec["langs"]
         header = [""]
         for lang in langs:
-            header += [f"{lang} I→T R@1", f"{lang} T→I R@1", f"{lang} Sum"]
+            header += [f"{lang} I→T R@1", f"{lang} T→I R@1", f"{lang} Sum", f"{lang} mR"]
         if spec.get("sum_sum"):
             header.append("Sum(Sum)")
         header.append("n")
@@ -139,7 +149,7 @@ def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
         for _, row in frame.iterrows():
             line = [_label(row)]
             for lang in langs:
-                line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in RETRIEVAL_COLUMNS]
+                line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in (*RETRIEVAL_COLUMNS, MEAN_RECALL)]
             if spec.get("sum_sum"):
                 line.append(_cell(row, "sum_sum", "paper_sum_sum"))
             line.append(str(row["n"]))
