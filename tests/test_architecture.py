@@ -191,6 +191,7 @@ def _schema_section(schema: dict, *path: str) -> dict:
 
 @pytest.mark.parametrize("section, cls_path", [
     (("features",), "pseudopairs.features.settings:FeatureSettings"),
+    (("feature_pretraining",), "pseudopairs.features.pretraining:PretrainSettings"),
     (("model",), "pseudopairs.model.settings:ModelSettings"),
     (("training",), "pseudopairs.model.settings:TrainingSettings"),
     (("mining",), "pseudopairs.mining.settings:MiningSettings"),

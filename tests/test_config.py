@@ -53,7 +53,7 @@ def test_shipped_configs_are_valid(name):
          "config key 'pseudopairs.de_coco': queries and database are in the same language"),
         (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(beta=3),
          "config key 'pseudopairs.de_coco.csls.mining.beta': beta is only used by the criteria "
-         "['inverted_softmax'], not 'csls'"),
+         "['dynamic_inverted_softmax', 'inverted_softmax', 'sinkhorn'], not 'csls'"),
         (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(criterion="hubless"),
          "config key 'pseudopairs.de_coco.csls.mining.criterion'"),
         (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(k=0),
@@ -65,8 +65,8 @@ def test_shipped_configs_are_valid(name):
         (lambda c: c["experiments"]["en"].update(training={"similarity": "dot"}),
          "config key 'training.similarity': must be one of ['cosine', 'order'] (got 'dot') (with the overrides of "
          "experiments.en.training)"),
-        (lambda c: c["features"].update(resize=100),
-         "config key 'features.crop': must not exceed features.resize (100) (got 112)"),
+        (lambda c: c["features"].update(resize=50),
+         "config key 'features.crop': must not exceed features.resize (50) (got 64)"),
         (lambda c: c["pseudopair_stats"]["compare"][0].update(b="nope"),
          "config key 'pseudopair_stats.compare.0.b': unknown pseudopair set 'nope'"),
         # de_coco trained on pseudopairs mined by its own model

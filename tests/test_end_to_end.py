@@ -20,9 +20,12 @@ def tiny_config() -> dict:
                                                   "coco": {"train": 40, "val": 8, "test": 8}})
     config["vocab"]["min_count"] = 1
     config["features"].update(resize=64, crop=56, batch_size=16, workers=0, shard_size=32)
+    # the demo's feature extractor, pretrained on a handful of scenes (rule pretrain_features)
+    config["feature_pretraining"].update(images=16, held_out=4, epochs=1, batch_size=8, threads=1)
     config["model"].update(embedding_dim=16, joint_dim=32)
+    # c2c from the first update: 30 updates are too few to leave the plateau (the c2c warm-up)
     config["training"].update(batch_size=16, validate_every=10, patience=2, max_updates=30,
-                              learning_rate=2e-3)
+                              learning_rate=2e-3, c2c_warmup=None)
     config["seeds"] = [1]
     return config
 
@@ -72,6 +75,9 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     assert len(pairs) == 40 * 5 and set(pairs["match_lang"]) == {"de"}
     assert (tmp_path / "results/logs/train/en_de_c2c.seed1.log").exists()
     assert (tmp_path / "results/benchmarks/features/m30k.train.tsv").exists()
+    pretrained = json.loads((tmp_path / "results/features/pretrained/resnet18.pt.json").read_text())
+    assert pretrained["arch"] == "resnet18" and pretrained["updates"] == 2
+    assert (tmp_path / "results/logs/pretrain_features/resnet18.log").exists()
     assert (tmp_path / "results/benchmarks/mine/de_coco.csls.seed1.tsv").exists()
     assert not list((tmp_path / "results").rglob("*.tmp*")), "temporary files left behind"
 
@@ -109,3 +115,15 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     changed["training"]["learning_rate"] = 1e-3
     counts = dry_run_counts(changed)
     assert counts == {"train": 7, "evaluate": 7, "mine": 2, "pseudopair_captions": 2, "table": 3, "total": 21}
+
+    # The corpora's sizes do not change the pretraining scenes: the extractor is not retrained
+    # (the world and everything after it is).
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["world"]["images"]["coco"]["train"] = 48
+    counts = dry_run_counts(changed)
+    assert counts["world"] == 1 and counts["features"] >= 1 and "pretrain_features" not in counts
+    # A pretraining setting retrains the extractor and recomputes every feature file.
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["feature_pretraining"]["seed"] = 1
+    counts = dry_run_counts(changed)
+    assert counts["pretrain_features"] == 1 and counts["features"] == 4 and "world" not in counts

@@ -538,3 +538,49 @@ def test_metrics_take_the_similarity_and_the_cli_too(tmp_path):
                     str(tmp_path / "cap.npy"), "--caption-image-index", str(tmp_path / "idx.npy"),
                     "--output", str(out), "--device", "cpu", "--similarity", "order"]) == 0
     assert json.loads(out.read_text()) == m
+
+
+# ---------------------------------------------------------------------------------------------
+# The bf16 candidate GEMM (pseudopairs.similarity.lowp): forced on (each CPU kernel) and off,
+# the ranks equal the exact reference and each other
+# ---------------------------------------------------------------------------------------------
+
+BF16_PATHS = [(False, None), (True, "onednn"), (True, "mkl"), (True, "emulated")]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bf16_and_float32_candidate_paths_give_the_exact_ranks(seed):
+    from pseudopairs.similarity import bf16_mode
+
+    images, captions, index = _near_tie_case(seed)
+    ref = ev.retrieval_ranks_reference(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    tr_ref = ev.translation_ranks_reference(source_embeddings=captions[:30], target_embeddings=images)
+    for enabled, kernel in BF16_PATHS:
+        with bf16_mode(enabled, kernel=kernel):
+            for block in (None, 1, 13):
+                got = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions,
+                                         caption_image_index=index, block_size=block)
+                np.testing.assert_array_equal(got.i2t, ref.i2t)
+                np.testing.assert_array_equal(got.t2i, ref.t2i)
+            got = R._retrieval_ranks_on(images, captions, index, device=torch.device("cpu"), block_size=7)
+            np.testing.assert_array_equal(got.i2t, ref.i2t)
+            np.testing.assert_array_equal(got.t2i, ref.t2i)
+            tr = ev.translation_ranks(source_embeddings=captions[:30], target_embeddings=images, block_size=4)
+            np.testing.assert_array_equal(tr, tr_ref)
+
+
+def test_bf16_path_on_quantised_ties_and_unnormalised_rows():
+    from pseudopairs.similarity import bf16_mode
+
+    rng = np.random.default_rng(77)
+    images = _quantised(rng, 25, 6, levels=3) * np.float32(0.37)  # not bf16-exact values
+    index = rng.integers(0, 25, size=70)
+    captions = _quantised(rng, 70, 6, levels=2) * np.float32(1.9)
+    ref = ev.retrieval_ranks_reference(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    for enabled, kernel in BF16_PATHS:
+        with bf16_mode(enabled, kernel=kernel):
+            for block in (None, 4):
+                got = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions,
+                                         caption_image_index=index, block_size=block)
+                np.testing.assert_array_equal(got.i2t, ref.i2t)
+                np.testing.assert_array_equal(got.t2i, ref.t2i)

@@ -56,8 +56,7 @@ def test_training_inputs_and_table_inputs():
                              "results/features/coco/train.npz", "results/captions/m30k/val.parquet",
                              "results/features/m30k/val.npz"})
     assert ex.table_inputs(config, "table3") == [
-        "results/models/en_de_c2c/seed1/metrics.json", "results/models/en_de_c2c/seed2/metrics.json",
-        "results/models/en_de_coco_c2c/seed1/metrics.json", "results/models/en_de_coco_c2c/seed2/metrics.json"]
+        f"results/models/{e}/seed{s}/metrics.json" for e in ("en_de_c2c", "en_de_coco_c2c") for s in (1, 2, 3)]
     # Table 7's DPCCA row has no experiment: it contributes no input.
     assert all("DPCCA" not in p for p in ex.table_inputs(config, "table7"))
     assert ex.corpora_with_images(config) == ["coco", "m30k"]
@@ -100,12 +99,12 @@ def test_synthetic_data_sets_exist_for_training_only_and_need_a_seed():
 def test_statistics_and_figure_specs():
     config = demo()
     stats = ex.pseudopair_stats_spec(config)
-    assert stats["top"] == 150 and stats["seeds"] == [1, 2]
+    assert stats["top"] == 150 and stats["seeds"] == [1, 2, 3]
     assert stats["sets"]["de_coco"] == {"source": "de_coco", "criterion": "cosine",
                                         "paper": {"used_share_text": 0.37, "top_share_text": 0.23,
                                                   "jaccard_seeds": 0.51, "agreement_seeds": 0.33}}
     assert stats["sets"]["en_de_coco_c2c.mutual"]["criterion"] == "mutual"
-    assert len(ex.pseudopair_stats_inputs(config)) == 10 * 2 * 2   # sets x seeds x (pairs, stats)
+    assert len(ex.pseudopair_stats_inputs(config)) == 14 * 3 * 2   # sets x seeds x (pairs, stats)
     assert stats["files"]["de_coco"]["2"] == {"pairs": "results/pseudopairs/de_coco/seed2/pairs.parquet",
                                               "stats": "results/pseudopairs/de_coco/seed2/stats.json"}
     figure = ex.pseudopair_figure_spec(config)

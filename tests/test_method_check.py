@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO
 from pseudopairs import experiments as ex
 from pseudopairs.config import check_config, load_config
-from pseudopairs.report.method_check import markdown_method_check, method_check, welch_t
+from pseudopairs.report.method_check import (markdown_method_check, markdown_training_runs, method_check,
+                                             training_runs, welch_t)
 
 
 def test_welch_t_hand_computed():
@@ -75,8 +76,10 @@ def test_the_shipped_method_check_names_the_papers_14_effects_and_the_pseudopair
     table4 = spec["pseudopairs"][0]
     assert table4["source"] == "de_coco" and "de_coco_pseudo_ft" in table4["rows"]
     assert "de_coco" not in table4["rows"] and "de_coco_cont" not in table4["rows"]
-    assert spec["metrics"]["de_coco"] == {"1": "results/models/de_coco/seed1/metrics.json",
-                                          "2": "results/models/de_coco/seed2/metrics.json"}
+    assert spec["metrics"]["de_coco"] == {str(s): f"results/models/de_coco/seed{s}/metrics.json"
+                                          for s in (1, 2, 3)}
+    # every run of every table is checked for how its training ended
+    assert "en_de_coco_c2c_mt" in spec["runs"] and "coco" in spec["runs"]
 
 
 def test_an_effect_naming_a_row_the_table_lacks_fails_the_config_check():
@@ -84,3 +87,24 @@ def test_an_effect_naming_a_row_the_table_lacks_fails_the_config_check():
     config["method_check"]["effects"][0]["better"] = "de_coco"
     with pytest.raises(ValueError, match="method_check.effects.0.better': 'de_coco' is not a row of table1"):
         check_config(config)
+
+
+def test_training_runs_name_the_runs_stopped_by_the_guard(tmp_path):
+    def run(name, seed, updates, reason):
+        path = tmp_path / f"{name}.{seed}.json"
+        path.write_text(json.dumps({"checkpoint": {"update": updates - 400, "val_score": 500.0,
+                                                   "updates": updates, "stop_reason": reason}}))
+        return str(path)
+
+    early = "early stopping: no improvement in 4 validations"
+    guard = "reached max_updates=5000 (still improving: raise it)"
+    spec = {"runs": {"en": {"1": run("en", 1, 1200, early), "2": run("en", 2, 5000, guard)},
+                     "de": {"1": run("de", 1, 900, early)}}}
+    runs = training_runs(spec)
+    assert runs["at_max_updates"].tolist() == [False, True, False]
+    assert runs.loc[1, ["experiment", "seed", "updates", "best_update"]].tolist() == ["en", 2, 5000, 4600]
+    text = markdown_training_runs(runs)
+    assert text.startswith("Training: 2 of 3 runs of the tables ended by early stopping "
+                           "(updates per run 900–5000, median 1200); ")
+    assert "**1 stopped at max_updates while still improving**: en seed 2." in text
+    assert "none reached the max_updates guard" in markdown_training_runs(runs.iloc[[0, 2]])

@@ -10,13 +10,19 @@ import torch
 
 from pseudopairs import mining as mn
 from pseudopairs.mining import criteria
+from pseudopairs.mining.criteria import dynamic_inverted_softmax as dis
+from pseudopairs.mining.criteria import inverted_softmax as isf
+from pseudopairs.mining.criteria import sinkhorn as sk
 from pseudopairs.mining.criteria.inverted_softmax import log_sum_exp_columns64
 from pseudopairs.mining.search import SearchContext
-from pseudopairs.similarity import cosine_error_bound, unit_rows
+from pseudopairs.similarity import bf16_mode, cosine_error_bound, unit_rows
 
 torch.set_num_threads(1)
 EXACT = ("cosine", "mutual", "csls", "margin")
 BLOCKS = (None, 3, (5, 7), (64, 9))
+# candidate GEMM: float32, or bf16 with each CPU kernel (pseudopairs.similarity.lowp)
+PATHS = [(False, None), (True, "onednn"), (True, "mkl"), (True, "emulated")]
+PATH_IDS = ["float32", "bf16-onednn", "bf16-mkl", "bf16-emulated"]
 
 
 def assert_same(got, want):
@@ -241,3 +247,203 @@ def test_bad_options():
             mn.nearest_neighbours(queries, database, block_size=block)
     with pytest.raises(TypeError):
         mn.nearest_neighbours(queries, database, "cosine")  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------
+# The bf16 candidate pass: forced on (each CPU kernel) and off, the same bits as brute force
+# ---------------------------------------------------------------------------------------------
+
+
+def context(queries, database, *, device="cpu", rows=7, cols=11):
+    return SearchContext(q=unit_rows(queries, name="q"), d=unit_rows(database, name="d"), device=device,
+                         rows=rows, cols=cols, progress=False, threads=1)
+
+
+@pytest.mark.parametrize("criterion", EXACT)
+@pytest.mark.parametrize("enabled,kernel", PATHS, ids=PATH_IDS)
+def test_exact_criteria_on_each_candidate_path(criterion, enabled, kernel):
+    for seed in range(2):
+        queries, database = near_tie_data(seed)
+        k = {"csls": 3, "margin": 2}.get(criterion)
+        want = mn.nearest_neighbours_reference(queries, database, criterion=criterion, k=k)
+        with bf16_mode(enabled, kernel=kernel):
+            for block in BLOCKS:
+                assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, k=k, block_size=block), want)
+            ctx = context(queries, database, device=torch.device("cpu"))  # the torch (CUDA) code
+            assert ctx.path == ("bf16" if enabled else "float32")
+            assert ctx.E > ctx.E32 if enabled else ctx.E == ctx.E32
+            got = criteria.get(criterion).search(ctx, criteria.check_params(criterion, {"k": k} if k else {}))
+            assert_same(got, want)
+
+
+def test_the_bf16_window_holds_one_ulp_neighbours_and_wide_ties():
+    # The bf16 window is ≈ 64× the float32 one: many candidates, all settled in float64.
+    queries, database = near_tie_data(7, n=90, m=70, dim=300)
+    want = mn.nearest_neighbours_reference(queries, database)
+    with bf16_mode(True, kernel="onednn"):
+        ctx = context(queries, database, device="cpu")
+        assert 30 * ctx.E32 < ctx.E < 4 * 2.0**-8  # measured rounding errors: far below a-priori
+        assert_same(mn.nearest_neighbours(queries, database, block_size=(16, 16)), want)
+    with bf16_mode(False):
+        assert_same(mn.nearest_neighbours(queries, database, block_size=(16, 16)), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Criteria with accumulated normalisers: exact for their normalisers, on every path
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled,kernel", PATHS, ids=PATH_IDS)
+@pytest.mark.parametrize("seed", range(2))
+def test_normalised_criteria_are_exact_for_their_normalisers(enabled, kernel, seed):
+    queries, database = near_tie_data(seed + 20, n=70, m=50)
+    cos = mn.cosine_matrix64(queries, database)
+    with bf16_mode(enabled, kernel=kernel):
+        for device, rows, cols in (("cpu", 64, 64), ("cpu", 5, 7), (torch.device("cpu"), 7, 11)):
+            ctx = context(queries, database, device=device, rows=rows, cols=cols)
+            L = isf.normaliser(ctx, 20.0)
+            assert_same(isf.search(ctx, {"beta": 20.0}), isf.reference_given(cos, 20.0, L))
+            for k in (1, 3):
+                params = {"beta": 20.0, "k": k}
+                assert_same(dis.search(ctx, params), dis.reference_given(cos, params, L))
+            sc = sk.scalings(ctx, 30.0, 5, 0.0)
+            assert sc.iterations == 5
+            assert_same(sk.search(ctx, {"beta": 30.0, "iterations": 5, "tol": 0.0}),
+                        sk.reference_given(cos, 30.0, sc.g, sc.L))
+
+
+def test_normalisers_do_not_depend_on_the_candidate_path():
+    # normaliser passes always run the float32 GEMM: the bf16 path changes no bit of any criterion
+    queries, database = near_tie_data(31, n=70, m=50)
+    for criterion, params in (("inverted_softmax", {}), ("dynamic_inverted_softmax", {"k": 2}),
+                              ("sinkhorn", {"iterations": 4, "tol": 0.0})):
+        with bf16_mode(False):
+            want = mn.nearest_neighbours(queries, database, criterion=criterion, block_size=(8, 16), **params)
+        for kernel in ("onednn", "mkl"):
+            with bf16_mode(True, kernel=kernel):
+                assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, block_size=(8, 16),
+                                                  **params), want)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_dynamic_inverted_softmax_gating_and_brute_force(seed):
+    queries, database = near_tie_data(seed + 40, n=80, m=50)
+    cos = mn.cosine_matrix64(queries, database)
+    want = mn.nearest_neighbours_reference(queries, database, criterion="dynamic_inverted_softmax")
+    topk = np.argsort(-cos, axis=1, kind="stable")[:, :1]
+    gated = dis.normalised_queries(topk, 50)
+    assert gated.any() and not gated.all()  # both kinds of query occur
+    nearest, _ = mn.nearest_neighbours_reference(queries, database)
+    isf_ref = mn.nearest_neighbours_reference(queries, database, criterion="inverted_softmax", beta=20.0)
+    np.testing.assert_array_equal(want[0][~gated], nearest[~gated])
+    np.testing.assert_array_equal(want[0][gated], isf_ref[0][gated])
+    beta, tol = 20.0, 20.0 * cosine_error_bound(12) + 1e-5  # the normaliser's bound, as for isf
+    crit = beta * cos - log_sum_exp_columns64(cos, beta)[None, :]
+    for block in BLOCKS:
+        idx, score = mn.nearest_neighbours(queries, database, criterion="dynamic_inverted_softmax", block_size=block)
+        np.testing.assert_array_equal(idx[~gated], nearest[~gated])  # exact: no normaliser involved
+        rows = np.flatnonzero(gated)
+        assert np.all(crit[rows, idx[rows]] >= crit[rows, want[0][rows]] - 2 * tol)
+        np.testing.assert_allclose(score, crit[np.arange(80), idx], rtol=0, atol=tol)
+    # k ≥ the database: every row is active, the criterion is inverted_softmax
+    assert_same(mn.nearest_neighbours(queries, database, criterion="dynamic_inverted_softmax", k=99),
+                mn.nearest_neighbours(queries, database, criterion="inverted_softmax", beta=20.0))
+
+
+def test_sinkhorn_scalings_within_their_proven_bound():
+    queries, database = near_tie_data(50, n=70, m=50)
+    cos = mn.cosine_matrix64(queries, database)
+    ref = sk.sinkhorn64(cos, 30.0, 8, 0.0)
+    for device, rows, cols in (("cpu", 64, 64), ("cpu", 3, 5), (torch.device("cpu"), 7, 11)):
+        sc = sk.scalings(context(queries, database, device=device, rows=rows, cols=cols), 30.0, 8, 0.0)
+        assert sc.iterations == ref.iterations == 8
+        assert np.abs(sc.L - ref.L).max() <= sc.bound + 1e-9
+        assert np.abs(sc.g - ref.g).max() <= sc.bound + 1e-9
+        assert 2 * 7 * 30.0 * cosine_error_bound(12) < sc.bound < 1e-3  # ≥ β·E32 per half-step, small
+    # the tolerance stops early, and the scaled plan's columns are then nearly uniform
+    sc = sk.sinkhorn64(cos, 30.0, 500, 1e-6)
+    assert sc.iterations < 500 and sc.change <= 1e-6
+    plan = np.exp(30.0 * cos + sc.g[:, None] - sc.L[None, :]) / 50  # m·P/m = P
+    np.testing.assert_allclose(plan.sum(axis=0), 1 / 50, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(plan.sum(axis=1), 1 / 70, rtol=2e-6)
+
+
+def test_one_sinkhorn_iteration_is_the_inverted_softmax():
+    queries, database = near_tie_data(60)
+    for block in (None, (5, 7)):
+        assert_same(mn.nearest_neighbours(queries, database, criterion="sinkhorn", beta=20.0, iterations=1,
+                                          block_size=block),
+                    mn.nearest_neighbours(queries, database, criterion="inverted_softmax", beta=20.0,
+                                          block_size=block))
+    assert_same(mn.nearest_neighbours_reference(queries, database, criterion="sinkhorn", beta=20.0, iterations=1),
+                mn.nearest_neighbours_reference(queries, database, criterion="inverted_softmax", beta=20.0))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_sinkhorn_matches_brute_force_up_to_its_scalings(seed):
+    queries, database = near_tie_data(seed + 70, n=80, m=50)
+    cos = mn.cosine_matrix64(queries, database)
+    params = {"beta": 30.0, "iterations": 6, "tol": 0.0}
+    ref = sk.sinkhorn64(cos, **params)
+    want = mn.nearest_neighbours_reference(queries, database, criterion="sinkhorn", **params)
+    crit = 30.0 * cos - ref.L[None, :]
+    sc = sk.scalings(context(queries, database, rows=3, cols=5), 30.0, 6, 0.0)  # the most blocks: widest
+    for block in BLOCKS:
+        idx, score = mn.nearest_neighbours(queries, database, criterion="sinkhorn", block_size=block, **params)
+        rows = np.arange(80)
+        assert np.all(crit[rows, idx] >= crit[rows, want[0]] - 2 * sc.bound)
+        np.testing.assert_allclose(score, crit[rows, idx] + ref.g, rtol=0, atol=2 * sc.bound)
+        top2 = -np.sort(-crit, axis=1)[:, :2]
+        clear = top2[:, 0] - top2[:, 1] > 2 * sc.bound
+        assert clear.sum() > 20
+        np.testing.assert_array_equal(idx[clear], want[0][clear])
+
+
+def test_hand_case_dynamic_inverted_softmax():
+    # cos by construction (queries × h, a, b, c); beta = 10, k = 1.
+    #   q0 .54 .48 .06 .50 | q1 .53 .06 .10 .50 | q2 .52 .12 .10 .50 | q3 .20 .10 .45 .52
+    # Nearest rows: q0–q2 → h (shared: normalised), q3 → c (its own alone: not normalised).
+    # L = log Σ_q exp(10·cos): h 6.414122, a 4.862684, b 4.577550, c 6.440167.
+    # q0: a 4.8 − 4.862684 = −.062684 beats h −1.014122 → a;  q1, q2: h (−1.114122, −1.214122);
+    # q3 keeps c (score 5.2 − 6.440167 = −1.240167) although inverted softmax would take
+    # b (4.5 − 4.577550 = −.077550).
+    cos = np.array([[0.54, 0.48, 0.06, 0.50], [0.53, 0.06, 0.10, 0.50],
+                    [0.52, 0.12, 0.10, 0.50], [0.20, 0.10, 0.45, 0.52]])
+    queries = np.hstack([cos, np.sqrt(1 - (cos**2).sum(axis=1, keepdims=True))]) * 2
+    database = np.eye(5)[:4]
+    idx, score = mn.nearest_neighbours(queries, database, criterion="dynamic_inverted_softmax", beta=10)
+    assert idx.tolist() == [1, 0, 0, 3]
+    np.testing.assert_allclose(score, [-0.062684, -1.114122, -1.214122, -1.240167], atol=2e-5)
+    assert mn.nearest_neighbours(queries, database)[0].tolist() == [0, 0, 0, 3]
+    assert mn.nearest_neighbours(queries, database, criterion="inverted_softmax", beta=10)[0].tolist() == [1, 0, 0, 2]
+    ref = mn.nearest_neighbours_reference(queries, database, criterion="dynamic_inverted_softmax", beta=10)
+    assert ref[0].tolist() == [1, 0, 0, 3]  # the scores differ only by the normaliser's rounding
+
+
+def test_hand_case_sinkhorn():
+    # Two queries, two captions, both queries' cosine match is d0: cos = [[.6, .5], [.55, .3]].
+    # Sinkhorn converges to P = [[p, 1/2 − p], [1/2 − p, p]] with the kernel's cross ratio:
+    # p²/(1/2 − p)² = exp(10·(.6 + .3 − .5 − .55)) = e^−1.5 → p = .160411: q0 → d1, q1 → d0,
+    # both scoring log(2·(1/2 − p)) = log(.679179) = −.386871.
+    cos = np.array([[0.6, 0.5], [0.55, 0.3]])
+    queries = np.hstack([cos, np.sqrt(1 - (cos**2).sum(axis=1, keepdims=True))])
+    database = np.eye(3)[:2]
+    idx, score = mn.nearest_neighbours(queries, database, criterion="sinkhorn", beta=10, iterations=200, tol=1e-9)
+    assert idx.tolist() == [1, 0]
+    np.testing.assert_allclose(score, [-0.386871, -0.386871], atol=2e-5)
+    assert mn.nearest_neighbours(queries, database)[0].tolist() == [0, 0]
+    ref = mn.nearest_neighbours_reference(queries, database, criterion="sinkhorn", beta=10, iterations=200, tol=1e-9)
+    assert ref[0].tolist() == [1, 0]
+    np.testing.assert_allclose(ref[1], [-0.386871, -0.386871], atol=1e-6)
+
+
+def test_bad_options_of_the_new_criteria():
+    queries, database = hub_inputs()
+    with pytest.raises(ValueError, match="iterations must be a positive whole number"):
+        mn.nearest_neighbours(queries, database, criterion="sinkhorn", iterations=0)
+    with pytest.raises(ValueError, match="tol must be a finite number ≥ 0"):
+        mn.nearest_neighbours(queries, database, criterion="sinkhorn", tol=-1.0)
+    with pytest.raises(ValueError, match="k must be a positive whole number"):
+        mn.nearest_neighbours(queries, database, criterion="dynamic_inverted_softmax", k=0)
+    with pytest.raises(ValueError, match="iterations is only used by"):
+        mn.nearest_neighbours(queries, database, criterion="inverted_softmax", iterations=3)

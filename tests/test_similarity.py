@@ -286,3 +286,90 @@ def test_threshold_counter_detects_a_violated_window():
         counter.update(block, row_lo=np.array([0.6], np.float32), row_hi=np.array([0.7], np.float32))
     with pytest.raises(ValueError, match="whole rows"):
         counter.update(block._replace(col1=1), row_lo=np.zeros(1), row_hi=np.zeros(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The bf16 candidate GEMM (lowp)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bf16_rounding_and_measured_errors():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((50, 33)).astype(np.float32)
+    x[0, :4] = [1.0, -0.0, 1e-42, -3e-39]  # exact, signed zero, subnormals
+    xb, err = sim.rounded_with_errors(x)
+    assert xb.dtype == torch.bfloat16
+    assert torch.equal(xb.view(torch.int16), torch.from_numpy(x).to(torch.bfloat16).view(torch.int16))  # RNE
+    exact = np.linalg.norm(xb.double().numpy() - x.astype(np.float64), axis=1)
+    assert np.all(err >= exact) and np.all(err <= exact * (1 + 1e-5) + 1e-18)
+    assert np.all(exact <= 2.0**-8 * np.linalg.norm(x.astype(np.float64), axis=1))  # a-priori bound
+    t = torch.from_numpy(x)
+    assert torch.equal(sim.to_bf16(t), xb) and torch.equal(sim.to_bf16(x), xb)
+
+
+@pytest.mark.parametrize("kernel", sim.KERNELS)
+def test_bf16_gemm_within_its_proven_bound(kernel):
+    rng = np.random.default_rng(10)
+    for dim in (3, 64, 700):
+        q = sim.unit_rows(rng.standard_normal((50, dim)), name="q")
+        d = sim.unit_rows(rng.standard_normal((70, dim)), name="d")
+        q16, q_err = sim.rounded_with_errors(sim.unit_block32(q, 0, 50))
+        d16 = sim.database_bf16(d)
+        out = np.full((64, 128), -np.inf, dtype=np.float32)
+        sim.gemm_bf16(q16, d16.data, out[:50, :70], kernel=kernel)
+        assert np.all(out[50:] == -np.inf) and np.all(out[:, 70:] == -np.inf)  # writes its view only
+        out_unit = sim.BF16_UNIT if kernel == "onednn" else 0.0
+        bound = sim.bf16_cosine_error_bound(dim, float(q_err.max()), d16.err_max, out_unit=out_unit)
+        err = np.abs(out[:50, :70].astype(np.float64) - full_cos(q, d))
+        assert err.max() <= bound
+        assert err.max() > sim.cosine_error_bound(dim)  # bf16 really is coarser than float32
+        assert bound < (4 if out_unit else 2) * 2.0**-8 * 1.1  # and the bound is not vacuous
+        torch_out = torch.empty((50, 70))
+        sim.gemm_bf16(q16, d16.data, torch_out, kernel=kernel)
+        assert np.abs(torch_out.numpy().astype(np.float64) - full_cos(q, d)).max() <= bound
+
+
+def test_bf16_dispatch_can_be_forced(monkeypatch):
+    with sim.bf16_mode(True, kernel="mkl"):
+        assert sim.bf16_enabled("cpu") and sim.bf16_enabled(torch.device("cpu"))
+        assert sim.output_unit("cpu") == 0.0
+        assert sim.cpu_kernel() in ("mkl", "emulated")  # emulated where torch has no MKL
+    with sim.bf16_mode(True, kernel="onednn"):
+        assert sim.output_unit("cpu") == sim.BF16_UNIT
+    with sim.bf16_mode(False):
+        assert not sim.bf16_enabled("cpu")
+    monkeypatch.setenv("PSEUDOPAIRS_BF16", "0")
+    assert not sim.bf16_enabled("cpu")
+    monkeypatch.setenv("PSEUDOPAIRS_BF16", "1")
+    assert sim.bf16_enabled("cpu")
+    with sim.bf16_mode(False):  # the context manager wins over the environment
+        assert not sim.bf16_enabled("cpu")
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        with sim.bf16_mode(True, kernel="fp8"):
+            pass
+    assert sim.accumulation_unit("cpu") == sim.U32
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["numpy", "torch"])
+def test_bf16_blocks_tile_the_score_matrix_and_keep_the_argmax(backend):
+    rng = np.random.default_rng(11)
+    q, d = sim.unit_rows(unit(rng, 23, 40), name="q"), sim.unit_rows(unit(rng, 70, 40), name="d")
+    cos = full_cos(q, d)
+    with sim.bf16_mode(True, kernel="onednn"):
+        db = sim.database_bf16(d, backend)
+        q_err = max(sim.rounded_with_errors(sim.unit_block32(q, 0, 23))[1])
+        bound = sim.bf16_cosine_error_bound(40, q_err, db.err_max, out_unit=sim.BF16_UNIT)
+        seen = np.zeros((23, 70), dtype=int)
+        best = sim.WindowTopK(axis="rows", n_lines=23, k=1, window=2 * bound)
+        for block in sim.iter_blocks(sim.UnitRowSource(q, backend), db, rows=5, cols=30):
+            best.update(block)
+            scores = _np(block.scores)
+            b, c = block.n_rows, block.n_cols
+            assert np.abs(scores[:b, :c] - cos[block.row0:block.row1, block.col0:block.col1]).max() <= bound
+            outside = np.ones(scores.shape, dtype=bool)
+            outside[:b, :c] = False
+            assert np.all(scores[outside] == -np.inf)
+            seen[block.row0:block.row1, block.col0:block.col1] += 1
+        assert np.all(seen == 1)
+        got = best.result()
+        assert set(zip(range(23), cos.argmax(axis=1).tolist())) <= set(zip(got.line.tolist(), got.other.tolist()))

@@ -203,6 +203,17 @@ def test_early_stopping_after_patience_validations(world, tmp_path, monkeypatch)
     assert _same_weights(_weights(tmp_path / "stopped"), _weights(tmp_path / "four"))
 
 
+def test_max_updates_is_a_guard_the_log_names(world, tmp_path, monkeypatch, caplog):
+    scores = iter([1.0, 2.0, 3.0])  # still improving at every validation
+    monkeypatch.setattr(training, "validate", lambda model, val_sets: (next(scores), {}))
+    with caplog.at_level("WARNING", logger="pseudopairs.model.training"):
+        summary = _run(world, tmp_path, validate_every=2, patience=3, max_updates=6)
+    assert summary["updates"] == 6 and summary["best_update"] == 6
+    assert summary["stop_reason"] == "reached max_updates=6 (still improving: raise it)"
+    assert "en_de_c2c seed 1: stopped by the max_updates guard (6), not by early stopping" in caplog.text
+    assert checkpoints.load_model(tmp_path / "checkpoint.pt")[1]["stop_reason"] == summary["stop_reason"]
+
+
 def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_path, monkeypatch):
     real = steps.contrastive_loss
     calls = {"n": 0}

@@ -35,9 +35,10 @@ def test_demo_tables_dry_run(tmp_path):
                            "results/table3.csv", "results/table7.csv")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert counts["train"] == 9 * 2  # 9 experiments x 2 seeds
-    assert counts["evaluate"] == 18
+    assert counts["train"] == 9 * 3  # 9 experiments x 3 seeds
+    assert counts["evaluate"] == 27
     assert counts["features"] == 4   # m30k train/val/test + coco train
+    assert counts["pretrain_features"] == 1  # the demo's feature extractor, once for all
     assert counts["table"] == 4
 
 
@@ -45,13 +46,13 @@ def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/table4.csv")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    # De+COCO, 6 pseudopair rows, footnote 7's c2c row, the fine-tuning control, 8 hubness-aware
-    # rows: 17 experiments x 2 seeds
-    assert counts["train"] == 34 and counts["evaluate"] == 34
-    # the paper's cosine set and 4 hubness-aware sets of the De+COCO model, per seed
-    assert counts["mine"] == 5 * 2
+    # De+COCO, 6 pseudopair rows, footnote 7's c2c row, the fine-tuning control, 12 hubness-aware
+    # rows (6 criteria, retrained and fine-tuned): 21 experiments x 3 seeds
+    assert counts["train"] == 21 * 3 and counts["evaluate"] == 21 * 3
+    # the paper's cosine set and 6 hubness-aware sets of the De+COCO model, per seed
+    assert counts["mine"] == 7 * 3
     # cosine set at percentiles 0, 25, 75; hubness sets unfiltered; per seed
-    assert counts["pseudopair_captions"] == 7 * 2
+    assert counts["pseudopair_captions"] == 9 * 3
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     mine = [b for b in blocks if "rule mine:" in b and "pseudopairs=de_coco, seed=2" in b]
     assert len(mine) == 1 and "results/models/de_coco/seed2/checkpoint.pt" in mine[0]
@@ -65,9 +66,9 @@ def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
     # one MT model for every translated data set: trained on the world's parallel text, converted
     assert counts["world_parallel"] == 1 and counts["train_mt"] == 1 and counts["convert_mt"] == 1
     assert counts["translate"] == 1  # coco.de-mt
-    # Table 5: baseline, 6 pseudopair rows, translation, the fine-tuning control, 4 hubness
-    # fine-tunes = 13; Table 6 adds de_coco, de_coco_mt, de_coco_mt_c2c; x 2 seeds
-    assert counts["train"] == (13 + 3) * 2
+    # Table 5: baseline, 6 pseudopair rows, translation, the fine-tuning control, 6 hubness
+    # fine-tunes = 15; Table 6 adds de_coco, de_coco_mt, de_coco_mt_c2c; x 3 seeds
+    assert counts["train"] == (15 + 3) * 3
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     translate = next(b for b in blocks if "rule translate:" in b)
     assert "results/captions/coco/train.parquet" in translate
@@ -105,8 +106,8 @@ def test_pseudopair_statistics_and_figure_dag(tmp_path):
                            "results/figures/pseudopair_examples.png")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    # 10 pseudopair sets (2 source models x 5 criteria) x 2 seeds; only the sources are trained
-    assert counts["mine"] == 20 and counts["train"] == 4
+    # 14 pseudopair sets (2 source models x 7 criteria) x 3 seeds; only the sources are trained
+    assert counts["mine"] == 14 * 3 and counts["train"] == 2 * 3
     assert counts["pseudopair_stats"] == 1 and counts["pseudopair_figure"] == 1
     assert "evaluate" not in counts
 
@@ -174,11 +175,13 @@ def test_jobs_without_the_environment_fail_at_the_start_with_advice(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+# A dry run lists the jobs of a group job (train + evaluate of one model) indented below its
+# "Group job NAME" line.
 def _job_blocks(output: str) -> list[dict]:
-    """(rule, threads, resources) of every job a dry run lists."""
+    """(rule, threads, resources) of every job a dry run lists, also inside group jobs."""
     jobs = []
-    for block in re.split(r"\n(?=rule |localrule )", output):
-        head = re.match(r"(?:local)?rule (\w+):", block)
+    for block in re.split(r"\n(?=[ ]*(?:local)?rule \w+:\n)", output):
+        head = re.match(r"[ ]*(?:local)?rule (\w+):\n", block)
         if not head:
             continue
         resources = re.search(r"^\s+resources: (.*)$", block, re.M)
@@ -204,7 +207,7 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     by_rule: dict[str, list[dict]] = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
-    assert len(by_rule["train"]) == 17 * 3   # 17 experiments x 3 seeds
+    assert len(by_rule["train"]) == 21 * 3   # 21 experiments x 3 seeds
     for job in by_rule["train"]:
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
             ("1", "32000", "1440", "gpu", 4)
@@ -263,3 +266,16 @@ def test_snakefmt_leaves_the_workflow_unchanged():
     result = subprocess.run([str(exe if exe.exists() else "snakefmt"), "--check", "Snakefile", "workflow"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_slurm_dry_run_lists_the_jobs_inside_group_jobs(tmp_path):
+    """Every train and evaluate job of the plan is found, each inside its model's group job."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "8",
+                           "results/table1.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = _job_blocks(result.stdout)
+    counts = job_counts(result.stdout)
+    assert sum(j["rule"] == "train" for j in jobs) == counts["train"] == 5 * 3
+    assert sum(j["rule"] == "evaluate" for j in jobs) == counts["evaluate"] == 5 * 3
+    assert result.stdout.count("Group job model_") == 5 * 3

@@ -38,6 +38,7 @@ COMMANDS: dict[str, Command] = {
     "prepare-captions": Command("data", "pseudopairs.data.text", "Moses-prepare a caption table"),
     "train-truecaser": Command("data", "pseudopairs.data.text", "train a Moses truecaser"),
     "features": Command("features", "pseudopairs.features.extract", "ResNet average-pool image features"),
+    "pretrain-features": Command("features", "pseudopairs.features.pretraining", "the demo world's ImageNet stand-in: a ResNet trained on world scenes"),
     "train": Command("model", "pseudopairs.model.training", "train a ranking model (one experiment, one seed)"),
     "evaluate": Command("evaluation", "pseudopairs.evaluation.step", "test metrics of a model -> metrics.json"),
     "score-embeddings": Command("evaluation", "pseudopairs.evaluation.step", "retrieval metrics of stored embeddings"),

@@ -210,6 +210,26 @@ def _translation_errors(config: dict) -> list[str]:
     return messages
 
 
+def _pretrained_weights_errors(config: dict) -> list[str]:
+    """features.weights naming the demo's pretrained extractor (rule pretrain_features) needs the
+    demo world (its scenes) and a matching features.arch."""
+    from pseudopairs import layout
+
+    weights = (config.get("features") or {}).get("weights")
+    arch = (config.get("features") or {}).get("arch", "resnet50")
+    folder = layout.pretrained_features("ARCH").rsplit("/", 1)[0] + "/"
+    if not isinstance(weights, str) or not weights.startswith(folder):
+        return []
+    if (config.get("data") or {}).get("source") != "world":
+        return [f"config key 'features.weights': {weights} is written by rule pretrain_features, "
+                f"which trains on the demo world's scenes; with data.source "
+                f"{(config.get('data') or {}).get('source')!r} give 'imagenet' or a state dict of your own"]
+    if weights != layout.pretrained_features(arch):
+        return [f"config key 'features.weights': {weights} does not match features.arch {arch!r}; "
+                f"rule pretrain_features writes {layout.pretrained_features(arch)}"]
+    return []
+
+
 def _settings_errors(config: dict) -> list[str]:
     """Each step's section checked by its settings class (the one the step itself reads), so a
     value the schema admits but the step would refuse fails here, naming the key."""
@@ -218,13 +238,16 @@ def _settings_errors(config: dict) -> list[str]:
     from pseudopairs.model.settings import ModelSettings, TrainingSettings
     from pseudopairs.settings import SettingsError
 
+    from pseudopairs.features.pretraining import PretrainSettings
+
     checks = [(FeatureSettings, config.get("features"), ""), (ModelSettings, config.get("model"), ""),
-              (TrainingSettings, config.get("training"), ""), (MiningSettings, config.get("mining"), "")]
+              (TrainingSettings, config.get("training"), ""), (MiningSettings, config.get("mining"), ""),
+              (PretrainSettings, config.get("feature_pretraining"), "")]
     for name, exp in config.get("experiments", {}).items():
         if "training" in exp:
             checks.append((TrainingSettings, {**config.get("training", {}), **exp["training"]},
                            f" (with the overrides of experiments.{name}.training)"))
-    messages = []
+    messages = _pretrained_weights_errors(config)
     for cls, values, context in checks:
         if values is None:
             continue
@@ -329,10 +352,83 @@ def _dependency_cycle(config: dict, path: list[str]) -> list[str] | None:
     return None
 
 
+_JSON_TYPES = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None),
+               "string": str, "array": list, "object": dict}
+
+
+def _fits_type(schema: dict, value: Any) -> bool:
+    """Whether ``value`` is of a JSON type ``schema`` (or one of its oneOf/anyOf branches) admits;
+    true when the schema names no type (nothing to coerce to)."""
+    branches = [schema] + list(schema.get("oneOf", [])) + list(schema.get("anyOf", []))
+    types = [t for b in branches for t in ([b["type"]] if isinstance(b.get("type"), str) else b.get("type", []))]
+    if not types:
+        return True
+    for name in types:
+        if isinstance(value, bool) and name in ("integer", "number"):
+            continue
+        if isinstance(value, _JSON_TYPES[name]):
+            return True
+    return False
+
+
+def coerce_config_strings(value: Any, schema: dict, root: dict | None = None) -> Any:
+    """``value`` with every string that stands where ``schema`` wants a number, boolean, null or
+    list parsed as YAML, where the result fits: ``snakemake --config seeds=[1]`` hands the config
+    ``['1']`` (Snakemake reads a --config value that is not a plain number with YAML's BaseLoader,
+    which keeps every scalar a string), and this makes it ``[1]`` before validation. Strings the
+    schema admits, and strings that do not parse to a fitting value ('big'), stay as they are, so
+    the schema check still names them. Walks properties, patternProperties, additionalProperties,
+    items, ``$ref`` into ``#/$defs`` and allOf; mappings and lists are updated in place."""
+    root = schema if root is None else root
+    if "$ref" in schema and schema["$ref"].startswith("#/$defs/"):
+        schema = {**root["$defs"][schema["$ref"].rsplit("/", 1)[1]],
+                  **{k: v for k, v in schema.items() if k != "$ref"}}
+    if isinstance(value, str):
+        if _fits_type(schema, value):
+            return value
+        candidates = []
+        try:
+            candidates.append(yaml.safe_load(value))
+        except yaml.YAMLError:
+            pass
+        try:  # YAML 1.1 reads 1e-3 as a string
+            candidates.append(float(value))
+        except ValueError:
+            pass
+        fitting = [c for c in candidates if not isinstance(c, str) and _fits_type(schema, c)]
+        if not fitting:
+            return value
+        value = fitting[0]  # a list or mapping: its items are coerced below
+    if isinstance(value, dict):
+        for key in list(value):
+            for sub in _property_schemas(schema, key):
+                value[key] = coerce_config_strings(value[key], sub, root)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        value[:] = [coerce_config_strings(item, schema["items"], root) for item in value]
+    for sub in schema.get("allOf", []):
+        if isinstance(sub, dict) and "if" not in sub:
+            value = coerce_config_strings(value, sub, root)
+    return value
+
+
+def _property_schemas(schema: dict, key: str) -> list[dict]:
+    """The schemas that apply to property ``key`` of an object of ``schema``."""
+    import re
+
+    if key in schema.get("properties", {}):
+        return [schema["properties"][key]]
+    matched = [sub for pattern, sub in schema.get("patternProperties", {}).items() if re.search(pattern, key)]
+    if matched:
+        return matched
+    extra = schema.get("additionalProperties")
+    return [extra] if isinstance(extra, dict) else []
+
+
 def check_config(config: dict[str, Any], schema: dict | None = None) -> dict[str, Any]:
     """Validate ``config`` in place (filling schema defaults); raise :class:`ConfigError` listing
     every problem, each naming its key."""
     schema = load_schema() if schema is None else schema
+    coerce_config_strings(config, schema)  # --config KEY=VALUE values arrive as strings
     from pseudopairs.rounds import expand_rounds
 
     try:  # iterated bootstrapping: the generated entries are checked like any other

@@ -190,13 +190,17 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
 def evaluation_spec(config: dict) -> dict[str, Any]:
     """Test data every trained model is evaluated on (image–sentence and translation retrieval)."""
     evaluation = config["evaluation"]
-    return {
+    spec = {
         "captions": layout.captions(evaluation["corpus"], "test"),
         "features": layout.features(evaluation["corpus"], "test", feature_format(config)),
         "langs": list(evaluation["langs"]),
         "translation_captions": layout.captions(evaluation["translation_corpus"], "test"),
         "translation_langs": list(evaluation["translation_langs"]),
     }
+    if evaluation.get("portion_langs"):
+        spec.update(portion_captions=spec["translation_captions"],
+                    portion_langs=list(evaluation["portion_langs"]))
+    return spec
 
 
 def evaluation_inputs(config: dict, name: str, seed: int) -> list[str]:
@@ -365,14 +369,20 @@ def method_check_spec(config: dict) -> dict[str, Any]:
         names += [entry["source"], entry["control"], *entry["rows"]]
     names = list(dict.fromkeys(names))
     tables = sorted({e["table"] for e in section.get("effects", [])} | {e["table"] for e in pseudopairs})
+    every = list(dict.fromkeys(n for table in config["tables"] for n in table_experiments(config, table)))
     return {"min_t": section.get("min_t", 2.0), "effects": list(section.get("effects", [])),
             "pseudopairs": pseudopairs, "tables": {t: config["tables"][t] for t in tables},
             "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
-                        for name in names}}
+                        for name in names},
+            # every run of every table: how its training ended (training_runs.csv)
+            "runs": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
+                     for name in every}}
 
 
 def method_check_inputs(config: dict) -> list[str]:
-    return [path for by_seed in method_check_spec(config)["metrics"].values() for path in by_seed.values()]
+    spec = method_check_spec(config)
+    return list(dict.fromkeys(path for part in ("metrics", "runs") for by_seed in spec[part].values()
+                              for path in by_seed.values()))
 
 
 def training_curves_spec(config: dict) -> dict[str, Any]:

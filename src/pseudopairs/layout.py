@@ -27,6 +27,11 @@ def features(corpus: str, split: str, fmt: str) -> str:
     return f"{RESULTS}/features/{corpus}/{split}.{fmt}"
 
 
+def pretrained_features(arch: str) -> str:
+    """State dict of the demo world's pretrained feature extractor (rule pretrain_features)."""
+    return f"{RESULTS}/features/pretrained/{arch}.pt"
+
+
 def skipped_images(corpus: str, split: str) -> str:
     return f"{RESULTS}/features/{corpus}/{split}.skipped.tsv"
 
@@ -132,6 +137,11 @@ def table(name: str) -> str:
 def method_check() -> str:
     """The paper's effects in this run (:mod:`pseudopairs.report.method_check`)."""
     return f"{RESULTS}/method_check.csv"
+
+
+def training_runs() -> str:
+    """How every table's training runs ended (:mod:`pseudopairs.report.method_check`)."""
+    return f"{RESULTS}/training_runs.csv"
 
 
 def tables_markdown() -> str:

@@ -37,8 +37,11 @@ def as_json(value, *, sort_keys=True):
 
 
 def mem_mb(rule):
-    """Memory of one job of ``rule`` in MB (config ``resources.mem_mb``, else its ``default``)."""
-    return RESOURCES["mem_mb"].get(rule, RESOURCES["mem_mb"]["default"])
+    """Memory of one job of ``rule`` in MB (config ``resources.mem_mb``, else its ``default``),
+    multiplied by the attempt number, so a job killed for memory and retried (``--retries``, set
+    in the SLURM profile) asks for more."""
+    megabytes = RESOURCES["mem_mb"].get(rule, RESOURCES["mem_mb"]["default"])
+    return lambda wildcards, attempt: megabytes * attempt
 
 
 def runtime(rule):
@@ -47,6 +50,62 @@ def runtime(rule):
     (``--retries``, set in the SLURM profile) asks for more."""
     minutes = RESOURCES["runtime"].get(rule, RESOURCES["runtime"]["default"])
     return lambda wildcards, attempt: minutes * attempt
+
+
+# config resources.slurm key -> the resource snakemake-executor-plugin-slurm turns into sbatch
+# options (profiles/README.md)
+SLURM_RESOURCES = {
+    "partition": "slurm_partition",  # -p
+    "account": "slurm_account",  # -A
+    "qos": "qos",  # --qos
+    "constraint": "constraint",  # -C
+    "gpu_model": "gpu_model",  # GPU jobs: --gpus=<model>:N
+    "gres": "gres",  # GPU jobs: --gres=<value>:N instead of --gpus=N
+    "extra": "slurm_extra",  # further sbatch options, verbatim
+}
+GPU_ONLY = ("gpu_model", "gres")
+
+
+def placement(rule, *, gpu):
+    """Where a job of ``rule`` goes on a SLURM cluster, from config ``resources.slurm``: each key
+    is one value for every job, or a mapping of ``cpu`` (CPU jobs), ``gpu`` (jobs that ask for a
+    GPU) and rule names (that rule's jobs, before either); null or absent = not set (the site's
+    default). A local run ignores these resources."""
+    placed = {}
+    for key, resource in SLURM_RESOURCES.items():
+        value = RESOURCES.get("slurm", {}).get(key)
+        if isinstance(value, dict):
+            value = value.get(rule, value.get("gpu" if gpu else "cpu"))
+        if value is not None and (gpu or key not in GPU_ONLY):
+            placed[resource] = value
+    return placed
+
+
+def job_resources(rule, *, gpu=False, placed_with=None):
+    """Everything one job of ``rule`` asks a scheduler for, from the config's ``resources``
+    section: ``resources: **job_resources("my_rule")`` in every rule (``gpu=True`` for a rule
+    whose step can use a GPU).
+
+    - ``mem_mb`` and ``runtime`` (minutes), per rule or the ``default``, × the attempt number;
+    - ``gpu``: ``resources.gpu`` GPUs when ``gpu`` and that is above 0 (else none); where
+      ``resources.slurm.gres`` is set, ``gres=<gres>:<resources.gpu>`` instead (sites that want
+      ``--gres`` rather than ``--gpus``);
+    - the SLURM placement of :func:`placement` (partition, account, qos, constraint, GPU model,
+      extra sbatch options) of a CPU or GPU job -- looked up under the rule ``placed_with`` where
+      given: a rule whose jobs share a group job with that rule's (evaluate with train) must ask
+      for the same partition.
+
+    The rules declare these, so a profile or the command line only adds to them:
+    ``--set-resources train:mem_mb=64000`` changes train's memory and nothing else."""
+    gpus = RESOURCES["gpu"] if gpu else 0
+    resources = {"mem_mb": mem_mb(rule), "runtime": runtime(rule)}
+    placed = placement(placed_with or rule, gpu=gpus > 0)
+    if gpus and "gres" in placed:
+        placed["gres"] = f"{placed['gres']}:{gpus}"
+        placed.pop("gpu_model", None)  # the GRES names the GPU type
+    elif gpus:
+        resources["gpu"] = gpus
+    return {**resources, **placed}
 
 
 def all_tables():
@@ -342,6 +401,30 @@ def flickr30k_images():
     return str(path)
 
 
+def feature_weights_input(wildcards):
+    """A state dict named by features.weights is an input of the features jobs (new weights,
+    new features); the demo's pretrained extractor is built by rule pretrain_features."""
+    weights = config["features"]["weights"]
+    return [] if weights in ("none", "imagenet") else [weights]
+
+
+def pretraining_settings():
+    """The feature_pretraining section with the step's defaults filled in."""
+    from dataclasses import asdict
+
+    from pseudopairs.features.pretraining import PretrainSettings
+
+    return asdict(PretrainSettings.from_dict(config.get("feature_pretraining", {})))
+
+
+def world_scene_settings():
+    """The world keys that scenes depend on (not the corpora's sizes): pretraining reruns only
+    when they change."""
+    from pseudopairs.world.settings import SceneSettings
+
+    return SceneSettings.of_world(config["world"])
+
+
 def feature_image_inputs(wildcards):
     """The image list, plus (real data) the image folders it points into."""
     folders = []
@@ -369,10 +452,10 @@ JOB_MODULES = (
 
 def check_job_environment():
     """Jobs run ``python -m pseudopairs``. Unless each rule gets its own conda environment
-    (--sdm conda), the ``python`` on PATH must have the workflow's packages: say so at the start
-    instead of failing every job."""
+    (--sdm conda) or runs in the workflow's container (--sdm apptainer), the ``python`` on PATH
+    must have the workflow's packages: say so at the start instead of failing every job."""
     if any(
-        getattr(m, "name", str(m)).lower() == "conda"
+        getattr(m, "name", str(m)).lower() in ("conda", "apptainer")
         for m in workflow.deployment_settings.deployment_method
     ):
         return
@@ -393,7 +476,8 @@ def check_job_environment():
             f"the jobs' python ({python or 'not on PATH'}) lacks {missing}. Activate the workflow's "
             "environment before running snakemake (`. .venv/bin/activate` after the install in "
             "README.md, or `conda activate pseudopairs`), or let Snakemake build one per rule "
-            "with --sdm conda."
+            "with --sdm conda, or run every job in the workflow's container with --sdm apptainer "
+            "(profiles/README.md)."
         )
 
 
@@ -419,13 +503,14 @@ def report_pages():
 
 def report_note():
     """The line under each page's title: where this run's numbers come from."""
+    seeds = config["seeds"]
+    runs = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
     if WORLD:
         return (
-            f"Demo world (synthetic data), seeds {', '.join(map(str, config['seeds']))}: the "
-            "numbers show the machinery and how the methods compare inside one small world; "
-            "they are not comparable to the paper's."
+            f"Demo world (synthetic data), {runs}: the numbers show the machinery and how the "
+            "methods compare inside one small world; they are not comparable to the paper's."
         )
-    return f"Real data (Multi30K, COCO), seeds {', '.join(map(str, config['seeds']))}."
+    return f"Real data (Multi30K, COCO), {runs}."
 
 
 def report_table_specs(wildcards):
@@ -442,8 +527,14 @@ def report_figures():
 
 
 def report_results_inputs():
+    """The results page's inputs; the tables in natural order (table1 … table7, then others),
+    whatever order layered config files left them in."""
+
+    def natural(path):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
     return {
-        "tables": all_tables(),
+        "tables": sorted(all_tables(), key=natural),
         "method_check": method_check_outputs(),
         "stats": pseudopair_stats_outputs(),
         "figures": [path for _, path in report_figures()],

@@ -19,8 +19,7 @@ if WORLD:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("world"),
-            runtime=runtime("world"),
+            **job_resources("world"),
         params:
             # the parallel text has a rule of its own: changing it does not redraw the images
             settings=as_json({k: v for k, v in config["world"].items() if k != "parallel"}),
@@ -42,8 +41,7 @@ if WORLD:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("world_parallel"),
-            runtime=runtime("world_parallel"),
+            **job_resources("world_parallel"),
         params:
             settings=as_json(config["world"]),
             root=lambda w, output: Path(output[0]).parents[2],
@@ -64,8 +62,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("download_multi30k"),
-            runtime=runtime("download_multi30k"),
+            **job_resources("download_multi30k"),
         params:
             url=multi30k_url,
             sha256=lambda w: sha256_arg(multi30k_sha256(w.path)),
@@ -87,8 +84,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("read_multi30k_task2"),
-            runtime=runtime("read_multi30k_task2"),
+            **job_resources("read_multi30k_task2"),
         params:
             upstream=lambda w: PAPER["multi30k"]["task2_splits"][w.split],
             images_dir=PAPER["flickr30k_images"],
@@ -110,8 +106,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("read_multi30k_task1"),
-            runtime=runtime("read_multi30k_task1"),
+            **job_resources("read_multi30k_task1"),
         params:
             upstream=lambda w: PAPER["multi30k"]["task1_splits"][w.split],
             langs=",".join(PAPER["multi30k"]["task1_langs"]),
@@ -132,8 +127,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("download_karpathy"),
-            runtime=runtime("download_karpathy"),
+            **job_resources("download_karpathy"),
         params:
             url=PAPER["coco"]["karpathy_url"],
             sha256=sha256_arg(PAPER["coco"].get("karpathy_sha256")),
@@ -154,8 +148,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("extract_karpathy"),
-            runtime=runtime("extract_karpathy"),
+            **job_resources("extract_karpathy"),
         shell:
             "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
 
@@ -171,8 +164,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("download_coco_images"),
-            runtime=runtime("download_coco_images"),
+            **job_resources("download_coco_images"),
         params:
             url=lambda w: PAPER["coco"]["images"][w.part]["url"],
             sha256=lambda w: sha256_arg(PAPER["coco"]["images"][w.part].get("sha256")),
@@ -195,8 +187,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("extract_coco_images"),
-            runtime=runtime("extract_coco_images"),
+            **job_resources("extract_coco_images"),
         params:
             unpacked=lambda w, output: Path(output[0]).parent / f".{w.part}.unpacked",
             folder=lambda w, output: Path(output[0]).parent / f".{w.part}.unpacked" / w.part,
@@ -218,8 +209,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("read_coco"),
-            runtime=runtime("read_coco"),
+            **job_resources("read_coco"),
         params:
             karpathy_json=lambda w, input: f"{input[0]}/dataset_coco.json",
             images_dir=f"{DOWNLOADS}/coco/images",

@@ -22,8 +22,7 @@ rule select_captions:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("select_captions"),
-        runtime=runtime("select_captions"),
+        **job_resources("select_captions"),
     params:
         lang=selection_lang,
         select=selection_select,

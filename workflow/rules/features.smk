@@ -1,9 +1,11 @@
-# ResNet50 average-pool features for every corpus with images, one job per split.
+# ResNet average-pool features for every corpus with images, one job per split; in the demo world
+# the ResNet is first pretrained on world scenes (the demo's ImageNet).
 
 
 rule features:
     input:
         unpack(feature_image_inputs),
+        weights=feature_weights_input,
     output:
         features=layout.features("{corpus}", "{split}", FMT),
         skipped=layout.skipped_images("{corpus}", "{split}"),
@@ -15,11 +17,37 @@ rule features:
         "../../envs/steps.yaml"
     threads: config["features"]["workers"] + (config["features"].get("threads") or 1)
     resources:
-        mem_mb=mem_mb("features"),
-        runtime=runtime("features"),
-        gpu=GPU,
+        **job_resources("features", gpu=True),
     params:
         settings=as_json(config["features"]),
     shell:
         "python -m pseudopairs features --images {input.images:q} --output {output.features:q} "
         "--skipped {output.skipped:q} --settings {params.settings:q} > {log:q} 2>&1"
+
+
+if WORLD:
+
+    # The demo's stand-in for ImageNet pretraining: features.arch trained on freshly drawn world
+    # scenes (not the corpora's images) to name what they show (pseudopairs.features.pretraining).
+    # Used when features.weights names its output (config/config.yaml does).
+    rule pretrain_features:
+        output:
+            weights=layout.pretrained_features("{arch}"),
+            report=layout.pretrained_features("{arch}") + ".json",
+        log:
+            layout.log("pretrain_features", "{arch}"),
+        benchmark:
+            layout.benchmark("pretrain_features", "{arch}")
+        conda:
+            "../../envs/steps.yaml"
+        threads: pretraining_settings()["threads"]
+        resources:
+            **job_resources("pretrain_features"),
+        params:
+            world=as_json(world_scene_settings()),
+            settings=as_json(pretraining_settings()),
+            features=lambda wildcards: as_json({**config["features"], "arch": wildcards.arch}),
+        shell:
+            "python -m pseudopairs pretrain-features --world {params.world:q} "
+            "--settings {params.settings:q} --features {params.features:q} "
+            "--output {output.weights:q} > {log:q} 2>&1"

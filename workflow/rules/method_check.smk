@@ -1,4 +1,5 @@
-# The method check: the paper's effects in this run (config method_check; Welch t over seeds).
+# The method check: the paper's effects in this run (config method_check; Welch t over seeds), and
+# how every training run of the tables ended (training_runs.csv: early stopping or the guard).
 
 
 # Seconds of work: runs where Snakemake runs, never submitted to a cluster.
@@ -10,11 +11,12 @@ rule method_check:
     input:
         method_check_inputs(),
     output:
-        report(
+        check=report(
             layout.method_check(),
             caption="../report/method_check.rst",
             category="Tables",
         ),
+        runs=layout.training_runs(),
     log:
         layout.log("method_check", "method_check"),
     benchmark:
@@ -22,9 +24,9 @@ rule method_check:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("method_check"),
-        runtime=runtime("method_check"),
+        **job_resources("method_check"),
     params:
         spec=method_check_spec(),
     shell:
-        "python -m pseudopairs method-check --spec {params.spec:q} --output {output:q} > {log:q} 2>&1"
+        "python -m pseudopairs method-check --spec {params.spec:q} --output {output.check:q} "
+        "--runs {output.runs:q} > {log:q} 2>&1"

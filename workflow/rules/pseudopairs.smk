@@ -24,9 +24,7 @@ rule mine:
         "../../envs/steps.yaml"
     threads: config["mining"]["threads"]
     resources:
-        mem_mb=mem_mb("mine"),
-        runtime=runtime("mine"),
-        gpu=GPU,
+        **job_resources("mine", gpu=True),
     params:
         spec=mining_spec,
     shell:
@@ -46,8 +44,7 @@ rule pseudopair_captions:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("pseudopair_captions"),
-        runtime=runtime("pseudopair_captions"),
+        **job_resources("pseudopair_captions"),
     shell:
         "python -m pseudopairs pseudopair-captions --pairs {input:q} --min-percentile {wildcards.percentile:q} "
         "--dataset {wildcards.pseudopairs:q}.p{wildcards.percentile:q} --output {output:q} > {log:q} 2>&1"
@@ -77,8 +74,7 @@ rule pseudopair_stats:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("pseudopair_stats"),
-        runtime=runtime("pseudopair_stats"),
+        **job_resources("pseudopair_stats"),
     params:
         spec=pseudopair_stats_spec(),
     shell:
@@ -107,8 +103,7 @@ rule pseudopair_figure:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("pseudopair_figure"),
-        runtime=runtime("pseudopair_figure"),
+        **job_resources("pseudopair_figure"),
     params:
         spec=pseudopair_figure_spec(),
     shell:

@@ -25,8 +25,7 @@ rule table:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("table"),
-        runtime=runtime("table"),
+        **job_resources("table"),
     params:
         spec=table_spec,
     shell:
@@ -48,8 +47,7 @@ rule tables_markdown:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("tables_markdown"),
-        runtime=runtime("tables_markdown"),
+        **job_resources("tables_markdown"),
     params:
         specs=as_json(config["tables"]),
         stats=lambda w, input: ["--pseudopair-stats", input.stats[0]] if input.stats else [],
@@ -75,10 +73,112 @@ rule training_curves:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("training_curves"),
-        runtime=runtime("training_curves"),
+        **job_resources("training_curves"),
     params:
         spec=training_curves_spec(),
     shell:
         "python -m pseudopairs training-curves --spec {params.spec:q} "
         "--output {output:q} > {log:q} 2>&1"
+
+
+# The report's HTML pages (pseudopairs.report.html): what `snakemake --report` shows in the
+# page itself. Seconds of work each: run where Snakemake runs.
+localrules:
+    report_table,
+    report_method_check,
+    report_pseudopair_stats,
+    report_results,
+
+
+rule report_table:
+    input:
+        layout.table("{table}"),
+    output:
+        report(pages.page("{table}"), caption="../report/table_page.rst", category="Tables"),
+    log:
+        layout.log("report_table", "{table}"),
+    benchmark:
+        layout.benchmark("report_table", "{table}")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("report_table"),
+    params:
+        specs=report_table_specs,
+        note=report_note(),
+    shell:
+        "python -m pseudopairs report-page --specs {params.specs:q} --note {params.note:q} "
+        "--table {input:q} --output {output:q} > {log:q} 2>&1"
+
+
+rule report_method_check:
+    input:
+        layout.method_check(),
+    output:
+        report(
+            pages.page(pages.METHOD_CHECK),
+            caption="../report/method_check_page.rst",
+            category="Tables",
+        ),
+    log:
+        layout.log("report_method_check", pages.METHOD_CHECK),
+    benchmark:
+        layout.benchmark("report_method_check", pages.METHOD_CHECK)
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("report_method_check"),
+    params:
+        title=pages.METHOD_CHECK_TITLE,
+        note=report_note(),
+    shell:
+        "python -m pseudopairs report-page --title {params.title:q} --note {params.note:q} "
+        "--csv {params.title:q} {input:q} --output {output:q} > {log:q} 2>&1"
+
+
+rule report_pseudopair_stats:
+    input:
+        layout.pseudopair_stats(),
+    output:
+        report(
+            pages.page(pages.PSEUDOPAIR_STATS),
+            caption="../report/pseudopair_stats_page.rst",
+            category="Tables",
+        ),
+    log:
+        layout.log("report_pseudopair_stats", pages.PSEUDOPAIR_STATS),
+    benchmark:
+        layout.benchmark("report_pseudopair_stats", pages.PSEUDOPAIR_STATS)
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("report_pseudopair_stats"),
+    params:
+        title=pages.PSEUDOPAIR_STATS_TITLE,
+        note=report_note(),
+    shell:
+        "python -m pseudopairs report-page --title {params.title:q} --note {params.note:q} "
+        "--pseudopair-stats {input:q} --output {output:q} > {log:q} 2>&1"
+
+
+rule report_results:
+    input:
+        **report_results_inputs(),
+    output:
+        report(pages.page(pages.RESULTS), caption="../report/results_page.rst", category="Tables"),
+    log:
+        layout.log("report_results", pages.RESULTS),
+    benchmark:
+        layout.benchmark("report_results", pages.RESULTS)
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("report_results"),
+    params:
+        title=pages.RESULTS_TITLE,
+        specs=as_json(config["tables"], sort_keys=False),
+        note=report_note(),
+        sections=report_results_args,
+    shell:
+        "python -m pseudopairs report-page --title {params.title:q} --specs {params.specs:q} "
+        "--note {params.note:q} {params.sections:q} --output {output:q} > {log:q} 2>&1"

@@ -15,8 +15,7 @@ rule prepare_captions:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("prepare_captions"),
-        runtime=runtime("prepare_captions"),
+        **job_resources("prepare_captions"),
     params:
         case=config["text"]["case"],
         truecase=truecase_args,
@@ -37,7 +36,6 @@ rule train_truecaser:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("train_truecaser"),
-        runtime=runtime("train_truecaser"),
+        **job_resources("train_truecaser"),
     shell:
         "python -m pseudopairs train-truecaser --input {input:q} --lang {wildcards.lang:q} --output {output:q} > {log:q} 2>&1"

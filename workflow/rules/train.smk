@@ -13,13 +13,15 @@ rule train:
         layout.log("train", "{experiment}.seed{seed}"),
     benchmark:
         layout.benchmark("train", "{experiment}.seed{seed}")
+    # train and evaluate of one model are one group job: on a cluster, the evaluation runs in the
+    # training job's allocation instead of queueing again for a GPU (profiles/README.md)
+    group:
+        "model_{experiment}_seed{seed}"
     conda:
         "../../envs/steps.yaml"
     threads: config["training"]["threads"]
     resources:
-        mem_mb=mem_mb("train"),
-        runtime=runtime("train"),
-        gpu=GPU,
+        **job_resources("train", gpu=True),
     params:
         spec=training_spec,
         settings=training_settings,
@@ -38,13 +40,13 @@ rule evaluate:
         layout.log("evaluate", "{experiment}.seed{seed}"),
     benchmark:
         layout.benchmark("evaluate", "{experiment}.seed{seed}")
+    group:
+        "model_{experiment}_seed{seed}"
     conda:
         "../../envs/steps.yaml"
     threads: config["training"]["threads"]
     resources:
-        mem_mb=mem_mb("evaluate"),
-        runtime=runtime("evaluate"),
-        gpu=GPU,
+        **job_resources("evaluate", gpu=True, placed_with="train"),
     params:
         spec=evaluation_spec(),
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),

@@ -19,8 +19,7 @@ if not TRANSLATION_DOWNLOADED:
             "../../envs/steps.yaml"
         threads: config["translation"]["train"].get("threads") or 1
         resources:
-            mem_mb=mem_mb("train_mt"),
-            runtime=runtime("train_mt"),
+            **job_resources("train_mt"),
         params:
             settings=as_json(config["translation"]["train"]),
         shell:
@@ -46,8 +45,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("download_translation_model"),
-            runtime=runtime("download_translation_model"),
+            **job_resources("download_translation_model"),
         params:
             url=TRANSLATION_MODEL["url"],
             sha256=sha256_arg(TRANSLATION_MODEL["sha256"]),
@@ -68,8 +66,7 @@ else:
         conda:
             "../../envs/steps.yaml"
         resources:
-            mem_mb=mem_mb("extract_translation_model"),
-            runtime=runtime("extract_translation_model"),
+            **job_resources("extract_translation_model"),
         shell:
             "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
 
@@ -86,8 +83,7 @@ rule convert_mt:
     conda:
         "../../envs/steps.yaml"
     resources:
-        mem_mb=mem_mb("convert_mt"),
-        runtime=runtime("convert_mt"),
+        **job_resources("convert_mt"),
     params:
         checkpoint=lambda w, input: f"{input[0]}/{translation_files()['checkpoint']}",
         tokenizer=lambda w, input: f"{input[0]}/{translation_files()['tokenizer']}",
@@ -116,9 +112,7 @@ rule translate:
         "../../envs/translation.yaml"
     threads: config["translation"]["translate"].get("threads", 1)
     resources:
-        mem_mb=mem_mb("translate"),
-        runtime=runtime("translate"),
-        gpu=GPU if config["translation"]["translate"].get("device") != "cpu" else 0,
+        **job_resources("translate", gpu=config["translation"]["translate"].get("device") != "cpu"),
     params:
         settings=as_json(translate_settings()),
         source_lang=translation_source_lang,

@@ -228,11 +228,13 @@ def _scale_check(images: _Embeddings, captions: _Embeddings) -> None:
 
 class _CandidateGemm(NamedTuple):
     """The GEMM of the rank pass and its windows: ``rows`` and ``database`` for
-    :func:`iter_blocks`; ``half_img(r0, r1, t)`` / ``half_cap(t)``: half-widths of the windows
-    around the thresholds ``t`` of image rows ``r0:r1`` / of every caption."""
+    :func:`iter_blocks`; ``rowwise``: thresholds from the float32 row-wise product (else from the
+    blocks); ``half_img(r0, r1, t)`` / ``half_cap(t)``: half-widths of the windows around the
+    thresholds ``t`` of image rows ``r0:r1`` / of every caption."""
 
     rows: Any
     database: Any
+    rowwise: bool
     half_img: Any
     half_cap: Any
 
@@ -243,33 +245,34 @@ def _candidate_gemm(images: _Embeddings, captions: _Embeddings, device: Any) -> 
     bf16 (:mod:`pseudopairs.similarity.lowp`): an entry ``v`` of rows x, y is within
     ``E + u·|v|`` of the exact score, ``E`` = :func:`bf16_dot_error` (with the measured rounding
     errors, maximised over the other side) + float32 input rounding + the float64 error + slack,
-    ``u`` = the kernel's output rounding. With a threshold ``t`` bounded alike, ``v > t + W``
-    proves a higher exact score and ``v < t − W`` a lower-or-equal one for
-    ``W = (2E + 2u·|t|)/(1 − u)`` (``v − u|v|`` is increasing and ``|v| ≤ |t| + |v − t|``); a
-    float32 threshold (error ≤ E) is covered by the same W.
+    ``u`` = the kernel's output rounding. The thresholds then come from the float32 row-wise
+    product (error ≤ ``E32``, the float32 line bound), and ``v > t + W`` proves a higher exact
+    score, ``v < t − W`` a lower-or-equal one, for ``W = (E + E32 + u·|t|)/(1 − u)``
+    (``v − u|v|`` is increasing and ``|v| ≤ |t| + |v − t|``); the entry of the threshold's own
+    pair lies inside its window by the same bound.
     """
     dim = images.raw.shape[1]
     x, y = images.norm, captions.norm
     slack = underflow_slack(dim, x_absmax=float(x.max()), y_absmax=float(y.max()))
+    unit = combine_units(U32, matmul_input_unit(device))  # input rounding, then the matmul's own
+    rel = gemm_relative_error(dim, input_unit=unit) + dot64_relative_error(dim)
+    e32_img, e32_cap = rel * x * y.max() + slack, rel * x.max() * y + slack
     if not bf16_enabled(device):
-        unit = combine_units(U32, matmul_input_unit(device))  # input rounding, then the matmul's own
-        rel = gemm_relative_error(dim, input_unit=unit) + dot64_relative_error(dim)
-        scale = 2.0 * rel * (1.0 + 2.0**-20)
-        w_img, w_cap = scale * x * y.max() + 2.0 * slack, scale * x.max() * y + 2.0 * slack
-        return _CandidateGemm(DenseRows(images.gemm), captions.gemm,
+        w_img, w_cap = 2.0 * e32_img * (1.0 + 2.0**-20), 2.0 * e32_cap * (1.0 + 2.0**-20)
+        return _CandidateGemm(DenseRows(images.gemm), captions.gemm, False,
                               lambda r0, r1, t: w_img[r0:r1], lambda t: w_cap)
     buffers = uses_torch(device)
     img16 = bf16_from_blocks(x.size, lambda s, e: images.gemm[s:e], torch_buffers=buffers)
     cap16 = bf16_from_blocks(y.size, lambda s, e: captions.gemm[s:e], torch_buffers=buffers)
     acc, u = accumulation_unit(device), output_unit(device)
-    rel = 2 * U32 + U32 * U32 + dot64_relative_error(dim)
+    rel16 = 2 * U32 + U32 * U32 + dot64_relative_error(dim)
     slack16 = bf16_slack(dim, x_absmax=float(x.max()), y_absmax=float(y.max()))
-    e_img = bf16_dot_error(x, img16.err, y.max(), cap16.err_max, dim, unit=acc) + rel * x * y.max() + slack16
-    e_cap = bf16_dot_error(x.max(), img16.err_max, y, cap16.err, dim, unit=acc) + rel * x.max() * y + slack16
+    e_img = bf16_dot_error(x, img16.err, y.max(), cap16.err_max, dim, unit=acc) + rel16 * x * y.max() + slack16
+    e_cap = bf16_dot_error(x.max(), img16.err_max, y, cap16.err, dim, unit=acc) + rel16 * x.max() * y + slack16
     grow = (1.0 + 2.0**-20) / (1.0 - u)
-    return _CandidateGemm(DenseRows(img16.data), cap16,
-                          lambda r0, r1, t: (2 * e_img[r0:r1] + 2 * u * np.abs(t)) * grow,
-                          lambda t: (2 * e_cap + 2 * u * np.abs(t)) * grow)
+    return _CandidateGemm(DenseRows(img16.data), cap16, True,
+                          lambda r0, r1, t: (e_img[r0:r1] + e32_img[r0:r1] + u * np.abs(t)) * grow,
+                          lambda t: (e_cap + e32_cap + u * np.abs(t)) * grow)
 
 
 def _exact_rank_counts(
@@ -296,17 +299,21 @@ def _exact_rank_counts(
     order = np.argsort(index, kind="stable")  # captions grouped by image, any input order
     bounds = np.searchsorted(index[order], np.arange(n_img + 1))
     has_caption = bounds[1:] > bounds[:-1]
-    single = rows >= n_img
-    col_lo = col_hi = None
-    if columns and not single:
-        t_cap = _rowwise_dot32(images.gemm, captions.gemm, index)
-        col_lo, col_hi = _window32(t_cap, gemm.half_cap(t_cap))
+    single = rows >= n_img and not gemm.rowwise
+    col_lo = col_hi = t_rowwise = None
+    if gemm.rowwise or (columns and not single):
+        t_rowwise = _rowwise_dot32(images.gemm, captions.gemm, index)
+        if columns:
+            col_lo, col_hi = _window32(t_rowwise, gemm.half_cap(t_rowwise))
     counter = None
     for block in iter_blocks(gemm.rows, gemm.database, rows=rows, cols=n_cap, progress=progress, desc="ranks"):
         r0, r1 = block.row0, block.row1
         lo, hi = int(bounds[r0]), int(bounds[r1])
         caps = order[lo:hi]
-        correct = _np(_gather(block.scores, index[caps] - r0, caps)).astype(np.float32)
+        if gemm.rowwise:
+            correct = t_rowwise[caps]
+        else:
+            correct = _np(_gather(block.scores, index[caps] - r0, caps)).astype(np.float32)
         best = np.full(r1 - r0, np.nan)
         have = has_caption[r0:r1]
         if have.any():

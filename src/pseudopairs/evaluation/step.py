@@ -63,10 +63,17 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     vocab = Vocabulary.load(vocab_path)
     image_ids, features = load_features(spec["features"])
     image_embeddings = encode_image_features(model, features)
-    captions = read_captions(spec["captions"])
     retrieval = {}
-    for lang in spec["langs"]:
-        texts, index = caption_rows(captions, image_ids, lang=lang, source=spec["captions"],
+    tables = {spec["captions"]: read_captions(spec["captions"])}
+    # languages tested on the translation portion's test split (one caption per image, e.g. 004's
+    # French and Czech), over the same test images
+    portion = spec.get("portion_captions")
+    by_lang = [(lang, spec["captions"]) for lang in spec["langs"]]
+    by_lang += [(lang, portion) for lang in spec.get("portion_langs", [])]
+    if spec.get("portion_langs"):
+        tables[portion] = read_captions(portion)
+    for lang, source in by_lang:
+        texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
                                     features=spec["features"])
         caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
         retrieval[lang] = retrieval_metrics(image_embeddings=image_embeddings,
@@ -86,8 +93,9 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     return {
         "retrieval": retrieval,
         "translation": translation,
-        "sum_sum": sum(m["rsum"] for m in retrieval.values()),
-        "checkpoint": {k: meta[k] for k in ("update", "val_score") if k in meta},
+        "sum_sum": sum(retrieval[lang]["rsum"] for lang in spec["langs"]),
+        # how training ended (updates run, stop_reason: early stopping or the max_updates guard)
+        "checkpoint": {k: meta[k] for k in ("update", "val_score", "updates", "stop_reason") if k in meta},
     }
 
 

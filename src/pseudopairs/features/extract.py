@@ -1,15 +1,18 @@
-"""The ``features`` step — image features: 2048-d ResNet50 average-pool vectors for every image of an image list
-(paper §3.1; DESIGN §1, §4).
+"""The ``features`` step — image features: ResNet average-pool vectors (2048-d ResNet50 in the
+paper; ``features.arch``) for every image of an image list (paper §3.1; DESIGN §1, §4).
 
 Preprocessing follows the Multi30K feature extractor: convert to RGB, resize the shorter side to
 ``resize`` (256 in the paper), centre-crop ``crop`` (224), ImageNet mean/std normalisation. The
-network is torchvision's ``resnet50`` with ``fc`` replaced by the identity, in eval mode.
+network is torchvision's ``resnet50`` (``features.arch``: any of
+:data:`~pseudopairs.features.network.FEATURE_DIMS`) with ``fc`` replaced by the identity, in eval mode.
 
 Weights (``features.weights``):
 - ``none``: seeded random initialisation (``torch.manual_seed(seed)`` right before construction);
 - ``imagenet``: torchvision ``ResNet50_Weights.IMAGENET1K_V1``, read from the torch hub cache
   only — nothing is ever downloaded; a missing cache file is an error that says so;
-- a path to a local state dict of a torchvision resnet50 (``fc.*`` may be absent; it is ignored).
+- a path to a local state dict of a torchvision network of ``features.arch`` (``fc.*`` may be
+  absent; it is ignored) — the demo world's is written by ``pretrain-features``
+  (:mod:`pseudopairs.features.pretraining`).
 
 Scale and faults: images are decoded, resized and cropped in DataLoader workers (uint8, so the
 host-to-device copy is small); normalisation and the forward pass run on the device
@@ -35,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import cli
-from pseudopairs.features.network import (FEATURE_DIM, _collate, _ImageDataset, autocast_dtype,
+from pseudopairs.features.network import (FEATURE_DIMS, _collate, _ImageDataset, autocast_dtype,
                                           build_model, forward, forward_threads, prepare_model,
                                           resolve_device)
 from pseudopairs.features.settings import FeatureSettings
@@ -133,7 +136,7 @@ def _reuse_shards(job: _Job) -> None:
     for k, (lo, hi) in enumerate(job.bounds):
         stored = _read_shard(job.shard_dir, k, image_ids=job.ids[lo:hi], paths=job.paths[lo:hi],
                              stamps=job.stamps[lo:hi], fingerprint=job.fingerprint,
-                             dtype=job.settings.dtype)
+                             dtype=job.settings.dtype, arch=job.settings.arch)
         if stored is not None:
             if not job.settings.skip_unreadable:
                 for image_id, path, reason in zip(stored.image_ids, stored.paths, stored.reasons):
@@ -151,7 +154,7 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
     rows = [r for k in pending for r in range(*bounds[k])]
     amp_dtype = autocast_dtype(device)
     if model is None:
-        model = prepare_model(build_model(settings.weights, seed=settings.seed), device)
+        model = prepare_model(build_model(settings.weights, seed=settings.seed, arch=settings.arch), device)
     dataset = _ImageDataset(job.paths, resize=settings.resize, crop=settings.crop)
     # Batches never cross a shard boundary and start at shard starts, so every shard is
     # computed with the same batches whether or not earlier shards were reused: a resumed
@@ -179,7 +182,7 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
             vectors = [got[r] for r in range(lo, hi) if not isinstance(got[r], str)]
             shard = Shard(
                 index=k, image_ids=job.ids[lo:hi], paths=job.paths[lo:hi],
-                features=(np.stack(vectors) if vectors else np.zeros((0, FEATURE_DIM))).astype(job.np_dtype),
+                features=(np.stack(vectors) if vectors else np.zeros((0, FEATURE_DIMS[settings.arch]))).astype(job.np_dtype),
                 reasons=[got[r] if isinstance(got[r], str) else "" for r in range(lo, hi)],
                 fingerprint=job.fingerprint, stamps=job.stamps[lo:hi])
             if job.shard_dir is not None:
@@ -272,7 +275,7 @@ def extract_features(
             else:
                 out_ids.append(image_id)
         blocks.append(shard.features)
-    features = np.concatenate(blocks) if blocks else np.zeros((0, FEATURE_DIM), dtype=job.np_dtype)
+    features = np.concatenate(blocks) if blocks else np.zeros((0, FEATURE_DIMS[job.settings.arch]), dtype=job.np_dtype)
     return FeatureResult(image_ids=out_ids, features=features.astype(job.np_dtype, copy=False),
                          skipped=skipped, computed=computed, reused_shards=reused)
 
@@ -317,7 +320,7 @@ def run_features(
     save_features(output_path, image_ids=result.image_ids, features=result.features)
     remove_shards(shard_dir)
     log.info("wrote %s: %d images x %d (%s); %d skipped; %d computed, %d shards reused",
-             output_path, len(result.image_ids), FEATURE_DIM, settings.dtype, len(result.skipped),
+             output_path, len(result.image_ids), FEATURE_DIMS[settings.arch], settings.dtype, len(result.skipped),
              result.computed, result.reused_shards)
     return result
 
@@ -331,7 +334,7 @@ def _cmd_features(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "features", help=cli.COMMANDS["features"].summary,
-        description="Extract 2048-d ResNet50 average-pool features for every image of an image "
+        description="Extract ResNet average-pool features (features.arch) for every image of an image "
                     "list (rows in its order); resumable through shards.")
     p.add_argument("--images", required=True, help="image list Parquet (image_id, path)")
     p.add_argument("--output", required=True, help="feature file (.npz or .parquet = features.format)")

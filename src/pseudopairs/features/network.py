@@ -12,7 +12,12 @@ from pseudopairs.settings import resolve_device as settings_device
 
 
 
-FEATURE_DIM = 2048
+FEATURE_DIM = 2048  # resnet50, the paper's; FEATURE_DIMS has every accepted features.arch
+
+# features.arch: the torchvision ResNet family and the size of its average-pool vector. The paper
+# (config/paper.yaml) uses resnet50; the demo world uses a resnet18 pretrained on world scenes by
+# `pretrain-features` (pseudopairs.features.pretraining): 4x cheaper on 2 CPU cores, 512-d.
+FEATURE_DIMS = {"resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048}
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -58,26 +63,36 @@ def load_weights(weights: str) -> dict | None:
     return state
 
 
-def build_model(weights: str = "none", *, seed: int = 0):
-    """torchvision ``resnet50`` with ``fc`` = identity, eval mode, CPU, float32.
+def torchvision_resnet(arch: str):
+    """An untrained torchvision ResNet of ``arch`` (a key of :data:`FEATURE_DIMS`), float32, CPU."""
+    import torchvision
+
+    if arch not in FEATURE_DIMS:
+        raise ValueError(f"features.arch: {arch!r} is not one of {sorted(FEATURE_DIMS)}")
+    return getattr(torchvision.models, arch)(weights=None)
+
+
+def build_model(weights: str = "none", *, seed: int = 0, arch: str = "resnet50"):
+    """torchvision ``arch`` (default ``resnet50``) with ``fc`` = identity, eval mode, CPU, float32.
 
     ``weights``: ``none`` (random init after ``torch.manual_seed(seed)``; the global RNG state is
-    restored afterwards), ``imagenet`` (hub cache only) or a state dict path.
+    restored afterwards), ``imagenet`` (hub cache only; resnet50) or a state dict path.
     """
     import torch
-    from torchvision.models import resnet50
 
+    if weights == "imagenet" and arch != "resnet50":
+        raise ValueError(f"features.weights: imagenet is only wired for resnet50, not features.arch {arch}")
     state = load_weights(weights)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = resnet50(weights=None)
+        model = torchvision_resnet(arch)
     model.fc = torch.nn.Identity()
     if state is not None:
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
         try:
             result = model.load_state_dict(state, strict=False)
         except RuntimeError as err:  # shape mismatches
-            raise ValueError(f"features.weights: {weights} is not a torchvision resnet50 state dict: "
+            raise ValueError(f"features.weights: {weights} is not a torchvision {arch} state dict: "
                              f"{' '.join(str(err).split())[:500]}") from err
         problems = []
         if result.missing_keys:
@@ -86,7 +101,7 @@ def build_model(weights: str = "none", *, seed: int = 0):
             problems.append(f"unexpected {result.unexpected_keys[:5]}"
                             f"{' …' if len(result.unexpected_keys) > 5 else ''}")
         if problems:
-            raise ValueError(f"features.weights: {weights} is not a torchvision resnet50 state dict: "
+            raise ValueError(f"features.weights: {weights} is not a torchvision {arch} state dict: "
                              + "; ".join(problems))
     return model.eval()
 
@@ -133,18 +148,23 @@ def autocast_dtype(device):
     return torch.float16 if device.type == "cuda" else None
 
 
-def load_image(path: str | os.PathLike, *, resize: int, crop: int):
-    """Decode an image file, RGB-convert, resize the shorter side to ``resize`` (bilinear,
-    antialiased, as torchvision ``Resize``) and centre-crop ``crop``: uint8 tensor (3, crop, crop)."""
-    from PIL import Image
+def preprocess(img, *, resize: int, crop: int):
+    """An RGB PIL image resized (shorter side ``resize``; bilinear, antialiased, as torchvision
+    ``Resize``) and centre-cropped to ``crop``: uint8 tensor (3, crop, crop)."""
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as TF
 
+    img = TF.resize(img, [resize], interpolation=InterpolationMode.BILINEAR, antialias=True)
+    return TF.pil_to_tensor(TF.center_crop(img, [crop, crop]))
+
+
+def load_image(path: str | os.PathLike, *, resize: int, crop: int):
+    """Decode an image file, RGB-convert and :func:`preprocess` it."""
+    from PIL import Image
+
     with Image.open(path) as img:
         img = img.convert("RGB")  # forces a full decode: truncated/corrupt data fails here
-    img = TF.resize(img, [resize], interpolation=InterpolationMode.BILINEAR, antialias=True)
-    img = TF.center_crop(img, [crop, crop])
-    return TF.pil_to_tensor(img)
+    return preprocess(img, resize=resize, crop=crop)
 
 
 def normalize_batch(batch):
@@ -158,7 +178,7 @@ def normalize_batch(batch):
 
 def forward(model, batch, *, device, amp_dtype=None):
     """Features of a uint8 image batch: normalise on ``device``, ``channels_last``, forward under
-    autocast (when ``amp_dtype``). Returns a device tensor (B, 2048); the caller moves it."""
+    autocast (when ``amp_dtype``). Returns a device tensor (B, feature dim); the caller moves it."""
     import torch
 
     x = batch.to(device, non_blocking=True)

@@ -14,6 +14,8 @@ class FeatureSettings(Settings):
     SECTION = "features"
 
     weights: str = setting("none", kind=str, doc="none (seeded random) | imagenet (hub cache) | a state dict path")
+    arch: str = setting("resnet50", kind=str, choices=("resnet18", "resnet34", "resnet50", "resnet101"),
+                        doc="torchvision ResNet (paper: resnet50); its average-pool size is the feature size")
     seed: int = setting(0, kind=int, low=0, doc="initialisation seed with weights: none")
     resize: int = setting(128, kind=int, low=1, doc="shorter side before the centre crop (paper: 256)")
     crop: int = setting(112, kind=int, low=1, doc="centre crop (paper: 224)")

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pseudopairs.features.network import FEATURE_DIM, autocast_dtype, imagenet_checkpoint_path
+from pseudopairs.features.network import FEATURE_DIMS, autocast_dtype, imagenet_checkpoint_path
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.io import atomic_path, remove_owned_files
 
@@ -74,7 +74,7 @@ def file_stamps(paths: Sequence[str]) -> list[str]:
 
 
 def _read_shard(shard_dir: Path, index: int, *, image_ids: list[str], paths: list[str],
-                stamps: list[str], fingerprint: str, dtype: str) -> Shard | None:
+                stamps: list[str], fingerprint: str, dtype: str, arch: str = "resnet50") -> Shard | None:
     """The stored shard if it exists and matches ids, paths, the image files' stamps and the
     fingerprint; else ``None``."""
     path = shard_path(shard_dir, index)
@@ -95,7 +95,7 @@ def _read_shard(shard_dir: Path, index: int, *, image_ids: list[str], paths: lis
         log.info("shard %s: image files changed since it was written; recomputing it", path)
         return None
     if (stored.fingerprint != fingerprint or stored.image_ids != image_ids or stored.paths != paths
-            or stored.features.shape != (kept, FEATURE_DIM) or stored.features.dtype != np.dtype(dtype)):
+            or stored.features.shape != (kept, FEATURE_DIMS[arch]) or stored.features.dtype != np.dtype(dtype)):
         log.info("shard %s is from other settings or images; recomputing it", path)
         return None
     return stored
@@ -130,6 +130,7 @@ def settings_fingerprint(settings: FeatureSettings, *, device) -> str:
     payload = {
         "code": _CODE_VERSION,
         "weights": weights,
+        **({"arch": settings.arch} if settings.arch != "resnet50" else {}),  # resnet50 shards stay valid
         "resize": settings.resize,
         "crop": settings.crop,
         "dtype": settings.dtype,

@@ -18,8 +18,11 @@ reference gives (:func:`nearest_neighbours_reference`). How (memory bounded by b
 GEMM of float32-rounded unit rows, block by block, keeps per query every database row within
 ``2E`` of the best (E = the proven bound on ``|S32 − cos|``, ≈ 6.1e-5 at d = 1024 on the CPU) — a
 set that provably contains every exact maximiser — and only those candidates are rescored in
-float64. The passes a criterion needs are built from the pieces below (:class:`SearchContext`,
-:func:`knearest_means`, :func:`transformed_argmax`).
+float64. Where the CPU has a bfloat16 unit (or on a GPU) the candidate GEMM runs in bf16 with its
+own proven ``E`` (≈ 4e-3 to 8e-3 at d = 1024; :mod:`pseudopairs.similarity.lowp`): more
+candidates, the same result; passes that accumulate normalisers stay float32. The passes a
+criterion needs are built from the pieces below (:class:`SearchContext`, :func:`knearest_means`,
+:func:`transformed_argmax`).
 """
 
 from __future__ import annotations
@@ -201,10 +204,16 @@ def cosine_argmax_candidates(ctx: SearchContext, *, columns: bool, desc: str):
 
 def knearest_means(ctx: SearchContext, k: int, desc: str) -> tuple[np.ndarray, np.ndarray]:
     """``r_q`` (mean exact cosine of each query's k nearest database rows) and ``r_d`` (of each
-    database row's k nearest queries), from one pass keeping the k-nearest candidates both ways."""
-    by_row = WindowTopK(axis="rows", n_lines=ctx.n, k=k, window=ctx.window)
-    by_col = WindowTopK(axis="cols", n_lines=ctx.m, k=k, window=ctx.window)
-    ctx.one_pass([by_row, by_col], desc)
+    database row's k nearest queries), from one pass keeping the k-nearest candidates both ways.
+    The pass is precise (float32): around a k-th value (k > 1) scores are dense, and the bf16
+    window would hold several times more candidates than the float32 one, whose float64
+    rescoring costs more than the faster GEMM saves (csls at 4,096 × 145,000 here: 75 s with the
+    bf16 window, 55 s with the float32 one)."""
+    precise = k > 1
+    window = ctx.window32 if precise else ctx.window
+    by_row = WindowTopK(axis="rows", n_lines=ctx.n, k=k, window=window)
+    by_col = WindowTopK(axis="cols", n_lines=ctx.m, k=k, window=window)
+    ctx.one_pass([by_row, by_col], desc, precise=precise)
     cand = by_row.result()
     r_q = _exact_topk_means(cand, ctx.cos_of(cand.line, cand.other), k, ctx.n)
     cand = by_col.result()
@@ -219,14 +228,15 @@ def knearest_means_reference(cos: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
 
 def transformed_argmax(ctx: SearchContext, *, transform, err: float, scale: float,
                        exact_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                       desc: str) -> tuple[np.ndarray, np.ndarray]:
+                       desc: str, as64: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The argmax of a criterion whose float32 estimate is ``transform`` applied to each score
-    block, within ``err`` of its float64 value (``exact_of``), values of size ≤ ``scale``."""
+    block, within ``err`` of its float64 value (``exact_of``), values of size ≤ ``scale``; the
+    value as float32 (float64 with ``as64``)."""
     pick = WindowTopK(axis="rows", n_lines=ctx.n, k=1, window=2.0 * err * (1.0 + 2.0**-20) + SLACK * scale)
     ctx.one_pass([pick], desc, transform=transform)
     cand = pick.result()
     best, exact = best_per_line(cand.line, cand.other, exact_of(cand.line, cand.other), ctx.n)
-    return best.astype(np.int64), exact.astype(np.float32)
+    return best.astype(np.int64), exact.astype(np.float64 if as64 else np.float32)
 
 
 def device_copies(cache: dict, device, *arrays) -> tuple:
@@ -273,10 +283,14 @@ def nearest_neighbours(queries, database, *, criterion="cosine", k=None, beta=No
     ``queries`` (n × d) and ``database`` (m × d): numpy arrays of any real dtype or torch tensors;
     rows need not be normalised (each is divided by its norm; a row of zeros is a ValueError).
     ``k``, ``beta`` and any other keyword: the criterion's parameters (``k``: neighbourhood of
-    ``csls`` (default 10) and ``margin`` (4), ≤ n and ≤ m; ``beta``: inverse temperature of
-    ``inverted_softmax`` (30)); giving one to a criterion without it is a ValueError. ``device``:
-    None (a CUDA tensor input's device, else the CPU), ``"cpu"`` (numpy/OpenBLAS float32 GEMM) or
-    a CUDA device (torch; the float64 rescoring stays on the CPU). ``block_size``: query rows per
+    ``csls`` (default 10) and ``margin`` (4), ≤ n and ≤ m, activation top-k of
+    ``dynamic_inverted_softmax`` (1); ``beta``: inverse temperature of ``inverted_softmax`` (30),
+    ``dynamic_inverted_softmax`` (20) and ``sinkhorn`` (30); ``iterations`` (30) and ``tol``
+    (1e-3) of ``sinkhorn``); giving one to a criterion without it is a ValueError. ``device``:
+    None (a CUDA tensor input's device, else the CPU), ``"cpu"`` (numpy/OpenBLAS float32 GEMM, or
+    the bf16 candidate GEMM where the CPU has a bfloat16 unit:
+    :func:`pseudopairs.similarity.bf16_enabled`) or a CUDA device (torch; bf16 tensor cores from
+    compute capability 8.0; the float64 rescoring stays on the CPU). ``block_size``: query rows per
     score block, or ``(query rows, database rows)`` (default: 2048 query rows × as many database
     rows as keep a block ≤ 2**25 scores on the CPU, 8192 × ≤ 2**27 scores on a GPU).
 

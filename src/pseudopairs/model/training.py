@@ -310,6 +310,9 @@ class _Run:
             p.finished, p.stop_reason = True, f"early stopping: no improvement in {settings['patience']} validations"
         elif p.update >= settings["max_updates"]:
             p.finished, p.stop_reason = True, f"reached max_updates={settings['max_updates']} (still improving: raise it)"
+            log.warning("%s seed %d: stopped by the max_updates guard (%d), not by early stopping: "
+                        "the model was still improving; raise training.max_updates",
+                        self.spec["experiment"], self.seed, settings["max_updates"])
         log.info("%s update %d: validation score %.2f (best %.2f at update %d)%s",
                  self.spec["experiment"], p.update, score, p.best_score, p.best_update,
                  f"; stopping: {p.stop_reason}" if p.finished else "")

@@ -113,6 +113,39 @@ def method_check(spec: dict) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=COLUMNS)
 
 
+RUN_COLUMNS = ["experiment", "seed", "updates", "best_update", "val_score", "stop_reason", "at_max_updates"]
+
+
+def training_runs(spec: dict) -> pd.DataFrame:
+    """How each training run of the tables ended (:data:`RUN_COLUMNS`), from its ``metrics.json``:
+    ``at_max_updates`` is true for a run stopped by the ``max_updates`` guard instead of early
+    stopping (a model still improving: its comparisons are comparisons of training budgets)."""
+    records = []
+    for name, by_seed in spec.get("runs", {}).items():
+        for seed, path in by_seed.items():
+            with reading(path, "a metrics.json file", fix="delete it and rerun its evaluate job"):
+                ckpt = json.loads(Path(path).read_text(encoding="utf-8")).get("checkpoint", {})
+            reason = ckpt.get("stop_reason", "")
+            records.append({"experiment": name, "seed": int(seed), "updates": ckpt.get("updates"),
+                            "best_update": ckpt.get("update"), "val_score": ckpt.get("val_score"),
+                            "stop_reason": reason, "at_max_updates": reason.startswith("reached max_updates")})
+    return pd.DataFrame.from_records(records, columns=RUN_COLUMNS)
+
+
+def markdown_training_runs(runs: pd.DataFrame) -> str:
+    """One paragraph: how many runs early stopping ended, and which hit the guard."""
+    if runs.empty:
+        return ""
+    guard = runs[runs["at_max_updates"]]
+    text = (f"Training: {len(runs) - len(guard)} of {len(runs)} runs of the tables ended by early stopping "
+            f"(updates per run {int(runs['updates'].min())}–{int(runs['updates'].max())}, median "
+            f"{int(runs['updates'].median())}); ")
+    if guard.empty:
+        return text + "none reached the max_updates guard.\n"
+    names = ", ".join(f"{r.experiment} seed {r.seed}" for r in guard.itertuples())
+    return text + f"**{len(guard)} stopped at max_updates while still improving**: {names}.\n"
+
+
 def markdown_method_check(frame: pd.DataFrame) -> str:
     """The method check as a Markdown section of results/tables.md."""
     def num(value, digits=1) -> str:
@@ -137,13 +170,19 @@ def markdown_method_check(frame: pd.DataFrame) -> str:
 
 def _cli_method_check(args: argparse.Namespace) -> None:
     frame = method_check(args.spec)
+    runs = training_runs(args.spec)
+    if args.runs:
+        with atomic_path(args.runs) as tmp:
+            runs.to_csv(tmp, index=False, float_format="%.4f")
     with atomic_path(args.output) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.4f")
     print(markdown_method_check(frame))
+    print(markdown_training_runs(runs))
 
 
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser("method-check", help=cli.COMMANDS["method-check"].summary)
     cli.add_json(p, "--spec", "the method_check section with its metrics files (experiments.method_check_spec)")
     p.add_argument("--output", required=True, help="method_check.csv")
+    p.add_argument("--runs", default=None, help="training_runs.csv: how each table's training run ended")
     p.set_defaults(func=_cli_method_check)

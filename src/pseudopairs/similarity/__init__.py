@@ -39,10 +39,25 @@ the normalisation of :func:`unit_block32`) with what the matmul itself rounds
 errors). Candidate windows are twice the bound (the candidate's and the competitor's errors),
 so a candidate set provably contains every entry a float64 decision could pick.
 
+Low-precision candidates
+------------------------
+Where a CPU has a bfloat16 dot-product unit (AVX512-BF16/AMX) or a GPU has bf16 tensor cores,
+candidate passes run the GEMM on rows rounded to bfloat16 with float32 accumulation instead
+(:mod:`~pseudopairs.similarity.lowp`; ≈ 3–5× the float32 rate on such a CPU). The window logic is
+unchanged, only the bound is wider: ``|Ŝ − x·y| ≤ ‖δx‖‖y‖ + ‖x‖‖δy‖ + ‖δx‖‖δy‖ + γ_d‖x̂‖‖ŷ‖``
+with the measured rounding errors ``δ`` of each row (:func:`bf16_cosine_error_bound`: ≈ 3.9e-3
+for unit rows of 1024 dimensions, ≈ 63× the float32 bound; ≈ 7.8e-3 with oneDNN's bf16 output,
+which rounds each score once more), and every candidate is rescored in float64 as before, so
+results are the same to the last bit on either path. Passes that *accumulate* scores (the
+log-sum-exp normalisers) always use the float32 GEMM, whose bound is tighter.
+:func:`bf16_enabled` dispatches (once per process; ``PSEUDOPAIRS_BF16=0/1`` or :func:`bf16_mode`
+force a path).
+
 The engine lives in these modules (its public names are re-exported here):
 :mod:`~pseudopairs.similarity.bounds` (error bounds), :mod:`~pseudopairs.similarity.arrays`
 (devices, threads), :mod:`~pseudopairs.similarity.rows` (unit rows, exact float64 scores),
-:mod:`~pseudopairs.similarity.blocks` (blocked passes) and
+:mod:`~pseudopairs.similarity.blocks` (blocked passes), :mod:`~pseudopairs.similarity.lowp`
+(the bf16 candidate GEMM) and
 :mod:`~pseudopairs.similarity.reducers` (what a pass keeps). The similarity *functions* a model
 may be trained with are registered in :mod:`~pseudopairs.similarity.functions`.
 """
@@ -50,11 +65,16 @@ may be trained with are registered in :mod:`~pseudopairs.similarity.functions`.
 from pseudopairs.similarity.arrays import cpu_threads, engine_device, is_tensor, to_numpy, uses_torch
 from pseudopairs.similarity.blocks import (CHUNK, DEFAULT_BLOCK_ELEMENTS, DEFAULT_BLOCK_ROWS, Block, DenseRows,
                                            RowSource, UnitRowSource, block_shape, database32,
-                                           iter_blocks, run_pass)
-from pseudopairs.similarity.bounds import (BF16_UNIT, EXP32_ULPS, TF32_UNIT, U32, U64,
+                                           database_bf16, iter_blocks, run_pass)
+from pseudopairs.similarity.bounds import (BF16_UNIT, EXP32_ULPS, MIN_NORMAL32, TF32_UNIT, U32, U64,
                                            combine_units, cosine_error_bound, dot64_relative_error,
                                            gamma, gemm_relative_error, matmul_input_unit,
                                            normalisation_unit, underflow_slack)
+from pseudopairs.similarity.lowp import (KERNELS, BF16Rows, accumulation_unit,
+                                         bf16_cosine_error_bound, bf16_dot_error, bf16_enabled,
+                                         bf16_from_blocks, bf16_mode, bf16_slack, cpu_kernel,
+                                         gemm_bf16, max_rounding_error, output_unit,
+                                         rounded_with_errors, to_bf16)
 from pseudopairs.similarity.reducers import (ColumnLogSumExp, ThresholdCounter, Undecided,
                                              WindowEntries, WindowTopK, chunk_max_cols,
                                              chunk_max_rows, count_true_cols, count_true_rows,

@@ -10,6 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pseudopairs.similarity.arrays import _torch, is_tensor, uses_torch
+from pseudopairs.similarity.lowp import BF16Rows, Scratch, bf16_from_blocks, gemm_bf16, to_bf16
 from pseudopairs.similarity.rows import UnitRows, unit_block32
 
 DEFAULT_BLOCK_ELEMENTS = 1 << 25  # scores per block: 128 MiB of float32
@@ -122,33 +123,47 @@ def database32(rows: UnitRows, device: Any = "cpu") -> Any:
     return out
 
 
+def database_bf16(rows: UnitRows, device: Any = "cpu") -> BF16Rows:
+    """All rows of ``rows`` normalised as by :func:`database32`, then rounded to bfloat16 (with
+    each row's rounding error; no float32 copy of the whole matrix is kept)."""
+    return bf16_from_blocks(rows.n, UnitRowSource(rows, device).block, torch_buffers=uses_torch(device))
+
+
 def iter_blocks(queries: RowSource, database: Any, *, rows: int, cols: int, progress: bool = False,
                 desc: str | None = None) -> Iterator[Block]:
     """Score blocks ``queries[r0:r1] @ database[c0:c1].T``, row blocks outer, database chunks inner.
 
-    ``database`` is float32 numpy (CPU, OpenBLAS) or a torch tensor (its device). One padded buffer
-    is reused (see :class:`Block`)."""
+    ``database`` is float32 numpy (CPU, OpenBLAS), a torch tensor (its device), or
+    :class:`~pseudopairs.similarity.lowp.BF16Rows` (the bf16 candidate GEMM; query blocks are
+    rounded to bf16 as they come). One padded float32 buffer is reused (see :class:`Block`)."""
     n, m = queries.n, int(database.shape[0])
-    on_torch = is_tensor(database)
+    low = isinstance(database, BF16Rows)
+    on_torch = database.torch_buffers if low else is_tensor(database)
     shape = (_round_up(min(rows, n), CHUNK), _round_up(min(cols, m), CHUNK))
     if on_torch:
-        buffer = _torch().empty(shape, dtype=_torch().float32, device=database.device)
+        device = database.data.device if low else database.device
+        buffer = _torch().empty(shape, dtype=_torch().float32, device=device)
     else:
         buffer = np.empty(shape, dtype=np.float32)
     filled = list(shape)  # extent of the buffer that may hold anything but -inf
+    scratch = Scratch() if low else None
     starts = [(r0, c0) for r0 in range(0, n, rows) for c0 in range(0, m, cols)]
     for r0, c0 in tqdm(starts, desc=desc, unit="block", disable=not progress):
         r1, c1 = min(n, r0 + rows), min(m, c0 + cols)
         b, c = r1 - r0, c1 - c0
         if c0 == 0:
             q = queries.block(r0, r1)
+            if low:
+                q = to_bf16(q)
         if filled[0] > b:
             buffer[b: filled[0], :] = -math.inf
         if filled[1] > c:
             buffer[:, c: filled[1]] = -math.inf
         filled = [b, c]
         view = buffer[:b, :c]
-        if on_torch:
+        if low:
+            gemm_bf16(q, database.data[c0:c1], view, scratch=scratch)
+        elif on_torch:
             _torch().matmul(q, database[c0:c1].T, out=view)
         else:
             np.matmul(q, database[c0:c1].T, out=view)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from pseudopairs.similarity.arrays import _torch, is_tensor
+from pseudopairs.similarity.arrays import _map_chunks, _torch, cpu_threads, is_tensor
 from pseudopairs.similarity.blocks import CHUNK, Block
 from pseudopairs.similarity.bounds import EXP32_ULPS, MIN_NORMAL32, U32, U64, gamma
 
@@ -23,6 +24,18 @@ def _np(x: Any) -> np.ndarray:
     return x.cpu().numpy() if is_tensor(x) else np.asarray(x)
 
 
+_PARALLEL_MIN = 1 << 22  # entries from which a numpy reduction is split over the CPUs
+
+
+def _parallel_max(part: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[:] = part.max(axis=1)`` for a 3-D numpy view, split over the first axis on the
+    process's CPUs when it is big (numpy releases the GIL inside the reduction)."""
+    threads = cpu_threads() if part.size >= _PARALLEL_MIN else 1
+    step = max(1, -(-part.shape[0] // threads))
+    _map_chunks(lambda s, e: np.max(part[s:e], axis=1, out=out[s:e]), part.shape[0], step, threads)
+    return out
+
+
 def chunk_max_rows(scores: Any, n_rows: int, chunk: int = CHUNK) -> Any:
     """Maximum of each *comb* of ``chunk`` entries in each of the first ``n_rows`` rows of a padded
     block: comb j of a row holds the columns ``j + t·(width / chunk)``, t < chunk. Shape
@@ -30,7 +43,9 @@ def chunk_max_rows(scores: Any, n_rows: int, chunk: int = CHUNK) -> Any:
     contiguous memory, which numpy vectorises.)"""
     width = scores.shape[1]
     part = scores[:n_rows].reshape(n_rows, chunk, width // chunk)
-    return part.amax(dim=1) if is_tensor(part) else part.max(axis=1)
+    if is_tensor(part):
+        return part.amax(dim=1)
+    return _parallel_max(part, np.empty((n_rows, width // chunk), dtype=part.dtype))
 
 
 def chunk_max_cols(scores: Any, n_cols: int, chunk: int = CHUNK) -> Any:
@@ -38,8 +53,9 @@ def chunk_max_cols(scores: Any, n_cols: int, chunk: int = CHUNK) -> Any:
     block: shape ``(height / chunk, n_cols)``."""
     height = scores.shape[0]
     part = scores.reshape(height // chunk, chunk, scores.shape[1])
-    part = part.amax(dim=1) if is_tensor(part) else part.max(axis=1)
-    return part[:, :n_cols]
+    if is_tensor(part):
+        return part.amax(dim=1)[:, :n_cols]
+    return _parallel_max(part, np.empty((height // chunk, scores.shape[1]), dtype=part.dtype))[:, :n_cols]
 
 
 def kth_largest(values: Any, k: int, *, axis: int) -> np.ndarray:
@@ -337,7 +353,8 @@ class ThresholdCounter:
     8 bytes (:func:`count_true_rows`) and columns by summing the masks as 64-bit words, eight
     byte-lanes at a time that cannot carry (≤ 255 rows); since ``hi ≥ lo`` every lane of the
     "≥ lo" sum is ≥ the same lane of the "> hi" sum, so their difference (the window counts)
-    is a plain word subtraction.
+    is a plain word subtraction. Strips run on the process's CPUs in parallel (numpy releases
+    the GIL), each with its own masks and column counts.
     """
 
     def __init__(self, *, n_rows: int, n_cols: int, rows: bool, col_lo=None, col_hi=None,
@@ -358,7 +375,7 @@ class ThresholdCounter:
         self._undecided_cols: list[tuple[np.ndarray, np.ndarray]] = []
         self._col_order = np.argsort(self.col_expected_row, kind="stable")
         self._col_sorted_rows = self.col_expected_row[self._col_order]
-        self._masks: list[np.ndarray] = []
+        self.threads = cpu_threads()
 
     def update(self, block: Block, *, row_lo=None, row_hi=None) -> None:
         if block.col0 != 0 or block.col1 != self.n_cols:
@@ -373,50 +390,61 @@ class ThresholdCounter:
                 raise ValueError("ThresholdCounter: every row needs hi ≥ lo")
         width = block.scores.shape[1]
         strip = max(8, min(248, (1 << 20) // max(1, width) // 8 * 8))
-        if not self._masks or self._masks[0].shape != (strip, width):
-            self._masks = [np.zeros((strip, width), dtype=bool) for _ in range(2)]
-        above, inside = self._masks
+        lo_r, hi_r = (lo_r, hi_r) if self.do_rows else (None, None)
+        totals: list[np.ndarray] = []
+        local = threading.local()
+
+        def work(s: int, e: int) -> None:  # numpy releases the GIL: strips run in parallel
+            if getattr(local, "masks", None) is None:
+                local.masks = [np.zeros((strip, width), dtype=bool) for _ in range(2)]
+                local.col_above = np.zeros(self.n_cols, dtype=np.int64)
+                totals.append(local.col_above)
+            self._update_strip(block, s, e, lo_r, hi_r, local.masks, local.col_above)
+
+        _map_chunks(work, block.n_rows, strip, self.threads)
+        for part in totals:
+            self.col_above += part
+
+    def _update_strip(self, block: Block, s: int, e: int, lo_r, hi_r, masks, col_above) -> None:
+        """Rows ``s:e`` of a numpy block (≤ 255 rows: byte lanes cannot carry)."""
         c = self.n_cols
-        scores = block.scores
-        for s in range(0, block.n_rows, strip):
-            e = min(block.n_rows, s + strip)
-            h, g0 = e - s, block.row0 + s
-            part, up, near = scores[s:e], above[:h], inside[:h]
-            if self.do_rows:
-                np.greater(part, hi_r[s:e, None], out=up)
-                np.greater_equal(part, lo_r[s:e, None], out=near)
-                n_above = count_true_rows(up)
-                extra = count_true_rows(near) - n_above - self.row_expected[g0: g0 + h]
-                self.row_above[g0: g0 + h] = n_above
-                if extra.min(initial=0) < 0:
-                    raise RuntimeError("internal error: a row's threshold entry fell outside its "
-                                       "proven float32 error window")
-                for i in np.flatnonzero(extra > 0):
-                    cols = np.flatnonzero(near[i, :c] & ~up[i, :c])
-                    self._undecided_rows.append((np.full(cols.size, g0 + i, dtype=np.int64), cols))
-            if self.do_cols:
-                np.greater(part[:, :c], self.col_hi[None, :], out=up[:, :c])
-                np.greater_equal(part[:, :c], self.col_lo[None, :], out=near[:, :c])
-                up[:, c:] = False
-                near[:, c:] = False
-                if sys.byteorder == "little":
-                    words_up = up.view(np.uint64).sum(axis=0)
-                    window = (near.view(np.uint64).sum(axis=0) - words_up).view(np.uint8)[:c].copy()
-                    self.col_above += words_up.view(np.uint8)[:c]
-                else:  # pragma: no cover - big-endian machines
-                    n_up = up.sum(axis=0)[:c]
-                    window = (near.sum(axis=0)[:c] - n_up).astype(np.int64)
-                    self.col_above += n_up
-                a, z = np.searchsorted(self._col_sorted_rows, [g0, g0 + h])
-                expected = self._col_order[a:z]
-                if expected.size and int(window[expected].min()) < 1:
-                    raise RuntimeError("internal error: a column's threshold entry fell outside its "
-                                       "proven float32 error window")
-                window[expected] -= 1
-                cols = np.flatnonzero(window)
-                if cols.size:
-                    rr, jj = np.nonzero(near[:, cols] & ~up[:, cols])
-                    self._undecided_cols.append((g0 + rr.astype(np.int64), cols[jj].astype(np.int64)))
+        h, g0 = e - s, block.row0 + s
+        part, up, near = block.scores[s:e], masks[0][:h], masks[1][:h]
+        if self.do_rows:
+            np.greater(part, hi_r[s:e, None], out=up)
+            np.greater_equal(part, lo_r[s:e, None], out=near)
+            n_above = count_true_rows(up)
+            extra = count_true_rows(near) - n_above - self.row_expected[g0: g0 + h]
+            self.row_above[g0: g0 + h] = n_above
+            if extra.min(initial=0) < 0:
+                raise RuntimeError("internal error: a row's threshold entry fell outside its "
+                                   "proven error window")
+            for i in np.flatnonzero(extra > 0):
+                cols = np.flatnonzero(near[i, :c] & ~up[i, :c])
+                self._undecided_rows.append((np.full(cols.size, g0 + i, dtype=np.int64), cols))
+        if self.do_cols:
+            np.greater(part[:, :c], self.col_hi[None, :], out=up[:, :c])
+            np.greater_equal(part[:, :c], self.col_lo[None, :], out=near[:, :c])
+            up[:, c:] = False
+            near[:, c:] = False
+            if sys.byteorder == "little":
+                words_up = up.view(np.uint64).sum(axis=0)
+                window = (near.view(np.uint64).sum(axis=0) - words_up).view(np.uint8)[:c].copy()
+                col_above += words_up.view(np.uint8)[:c]
+            else:  # pragma: no cover - big-endian machines
+                n_up = up.sum(axis=0)[:c]
+                window = (near.sum(axis=0)[:c] - n_up).astype(np.int64)
+                col_above += n_up
+            a, z = np.searchsorted(self._col_sorted_rows, [g0, g0 + h])
+            expected = self._col_order[a:z]
+            if expected.size and int(window[expected].min()) < 1:
+                raise RuntimeError("internal error: a column's threshold entry fell outside its "
+                                   "proven error window")
+            window[expected] -= 1
+            cols = np.flatnonzero(window)
+            if cols.size:
+                rr, jj = np.nonzero(near[:, cols] & ~up[:, cols])
+                self._undecided_cols.append((g0 + rr.astype(np.int64), cols[jj].astype(np.int64)))
 
     def _update_torch(self, block: Block, row_lo, row_hi) -> None:
         torch = _torch()
@@ -433,7 +461,7 @@ class ThresholdCounter:
             self.row_above[g0: g0 + b] = n_above
             if extra.min(initial=0) < 0:
                 raise RuntimeError("internal error: a row's threshold entry fell outside its "
-                                   "proven float32 error window")
+                                   "proven error window")
             rows = np.flatnonzero(extra > 0)
             if rows.size:
                 idx = torch.nonzero(inside[torch.as_tensor(rows, device=dev)]).cpu().numpy()
@@ -450,7 +478,7 @@ class ThresholdCounter:
                 extra = extra - exp
             if extra.min(initial=0) < 0:
                 raise RuntimeError("internal error: a column's threshold entry fell outside its "
-                                   "proven float32 error window")
+                                   "proven error window")
             cols = np.flatnonzero(extra > 0)
             if cols.size:
                 idx = torch.nonzero(inside[:, torch.as_tensor(cols, device=dev)]).cpu().numpy()

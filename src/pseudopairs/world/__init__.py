@@ -10,10 +10,10 @@ Two corpora:
   only in ``coco`` (kite, fish), some only in ``m30k`` (flag, egg), and the proportions of kinds and
   backgrounds differ.
 
-The random-weight ResNet50 used for the demo's features keeps colour well, shape weakly and
-position not at all, so every kind has a characteristic silhouette and aspect ratio, a small set
-of textures and a palette, objects are drawn large, and captions talk about kind, colour, size,
-texture, count and background, never positions.
+Every kind has a characteristic silhouette and aspect ratio, a small set of textures and a
+palette, objects are drawn large, and captions talk about kind, colour, size, texture, count and
+background, never positions. The demo's image features come from a ResNet pretrained on further
+scenes of this world (:mod:`pseudopairs.features.pretraining`), which sees all of these.
 
 Everything is a pure function of the seed: each image draws from its own generator derived from
 (seed, corpus, split, index, purpose), so results do not depend on generation order or on the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from pseudopairs.settings import Settings, setting
@@ -26,22 +26,42 @@ def _counts(value: Any, *, key: str, keys: tuple[str, ...], exact: bool, high: i
     return out
 
 
-@dataclass(frozen=True)
-class WorldSettings(Settings):
-    """Sizes and randomness of the demo world."""
+@dataclass(frozen=True, kw_only=True)
+class SceneSettings(Settings):
+    """What draws and renders a scene (the ``world`` keys the scene stream depends on): the
+    corpora's images and the feature pretraining's scenes (pseudopairs.features.pretraining)."""
 
     SECTION = "world"
 
     seed: int = setting(kind=int, low=0, doc="every random choice of the world derives from it")
-    images: dict = setting(kind=dict, doc="corpus (m30k, coco) -> {train, val, test} image counts")
     image_size: int = setting(112, kind=int, low=32, high=1024, doc="rendered PNG side in pixels")
-    captions_per_image: int = setting(5, kind=int, low=1, high=10, doc="per image and language")
     max_groups: int = setting(3, kind=int, low=1, high=3, doc="distinct kinds per scene")
     max_count: int = setting(3, kind=int, low=1, high=9, doc="objects per group")
     max_objects: int = setting(6, kind=int, low=1, high=27, doc="objects per scene")
+
+    def check(self) -> None:
+        if self.max_objects < self.max_groups:
+            raise self.bad("max_objects", f"must be ≥ world.max_groups ({self.max_groups})")
+
+    @classmethod
+    def of_world(cls, world: Mapping[str, Any]) -> dict:
+        """The scene keys of a ``world`` section (what a scene-only step takes)."""
+        keys = [f.name for f in fields(cls)]
+        return {k: v for k, v in world.items() if k in keys}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorldSettings(SceneSettings):
+    """Sizes and randomness of the demo world."""
+
+    SECTION = "world"
+
+    images: dict = setting(kind=dict, doc="corpus (m30k, coco) -> {train, val, test} image counts")
+    captions_per_image: int = setting(5, kind=int, low=1, high=10, doc="per image and language")
     parallel: dict = setting({}, kind=dict, doc="split (train, val) -> sentence pairs of the MT model's text")
 
     def check(self) -> None:
+        super().check()
         if not self.images:
             raise self.bad("images", "must map corpus names to {train, val, test} sizes")
         for corpus, sizes in self.images.items():
@@ -55,5 +75,3 @@ class WorldSettings(Settings):
             _counts(self.parallel, key="world.parallel", keys=PARALLEL_SPLITS, exact=False, high=9_999_999)
         except ValueError as err:
             raise self.bad("parallel", str(err)) from None
-        if self.max_objects < self.max_groups:
-            raise self.bad("max_objects", f"must be ≥ world.max_groups ({self.max_groups})")

@@ -24,7 +24,7 @@ import numpy as np
 from pseudopairs.registry import Registry
 
 # The modules that register the built-in criteria (imported when the registry is first read).
-BUILTIN = ("cosine", "mutual", "csls", "margin", "inverted_softmax")
+BUILTIN = ("cosine", "mutual", "csls", "margin", "inverted_softmax", "dynamic_inverted_softmax", "sinkhorn")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,472 @@
+"""Self-contained HTML pages of the results for ``snakemake --report`` (which shows an HTML
+result in the page itself, in a frame): each of the paper's tables as ours (mean ± sd over seeds)
+with the paper's number beside, rows beyond the paper marked †, and a chart of ours against the
+paper; any CSV with ``paper_*`` columns (the method check); the §7.2 pseudopair statistics; and
+figures (PNG), all embedded, so a page can be mailed on its own.
+
+The generic part is :func:`infer_columns` + :func:`html_table`: a CSV whose values come as
+``X_mean`` (and ``X_std``) or ``ours_X`` (and ``sd_X``), with the paper's number as ``paper_X``,
+renders as a table without any declaration (``report-page --csv TITLE CSV``). The paper's tables
+get headings from their config entry instead (:func:`table_columns`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pseudopairs import cli
+from pseudopairs.io import write_text_atomic
+from pseudopairs.report.tables import _PERCENT as PERCENT_STATISTICS
+from pseudopairs.report.tables import STATS_HEADINGS, summarise
+
+DAGGER = "†"
+BEYOND_NOTE = f"{DAGGER} beyond the paper: rows the paper does not report."
+LEGEND = ("Ours: mean ± sample standard deviation over the seeds (n; no ± for one seed). "
+          "Paper: the published number. – : no number.")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a results table: ``text`` (a CSV column shown as it is) or a value — ours
+    (``ours``, a mean, with ``sd``) and/or the paper's (``paper``), shown as two cells side by
+    side. ``group`` heads consecutive columns (a language); values are multiplied by ``scale``."""
+
+    heading: str
+    text: str | None = None
+    ours: str | None = None
+    sd: str | None = None
+    paper: str | None = None
+    group: str = ""
+    digits: int = 1
+    scale: float = 1.0
+
+    @property
+    def paired(self) -> bool:
+        return self.text is None and self.ours is not None and self.paper is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Cells
+
+
+def number(value, digits: int = 1, scale: float = 1.0) -> str:
+    """A number as shown in the tables; '' for a missing one."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ""
+    try:
+        x = float(value) * scale
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(x):
+        return ""
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if float(value) == int(float(value)) and not isinstance(value, float) and scale == 1.0:
+        return str(int(float(value)))
+    return f"{x:.{digits}f}"
+
+
+def _get(row: pd.Series, column: str | None):
+    return row.get(column) if column is not None else None
+
+
+def ours_text(row: pd.Series, column: Column) -> str:
+    mean = number(_get(row, column.ours), column.digits, column.scale)
+    if not mean:
+        return "–"
+    sd = number(_get(row, column.sd), column.digits, column.scale)
+    return f"{mean} ± {sd}" if sd else mean
+
+
+def paper_text(row: pd.Series, column: Column) -> str:
+    return number(_get(row, column.paper), column.digits, column.scale) or "–"
+
+
+def is_flagged(value) -> bool:
+    """A ``beyond_paper`` cell as read back from a CSV (bool, 'True', 1, 'yes')."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    try:
+        return bool(value) and not (isinstance(value, float) and math.isnan(value))
+    except (TypeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Columns: generic (any CSV with paper columns) and the paper's tables
+
+
+_ROLES = ((re.compile(r"(.+)_mean$"), "ours"), (re.compile(r"(.+)_std$"), "sd"),
+          (re.compile(r"^ours_(.+)"), "ours"), (re.compile(r"^sd_(.+)"), "sd"),
+          (re.compile(r"^paper_(.+)"), "paper"))
+
+
+def infer_columns(frame: pd.DataFrame, *, label: str = "row", hidden=("beyond_paper",)) -> list[Column]:
+    """The columns of any CSV with the paper's numbers beside ours: ``X_mean``/``ours_X`` is our
+    value of X (sd: ``X_std``/``sd_X``), ``paper_X`` the paper's (a ``paper_X`` with no value of
+    its own pairs with our ``X_<suffix>``, as Table 7's ``paper_en2de`` with ``en2de_r1_mean``);
+    every other column is shown as it is, in the CSV's order."""
+    order: list[tuple[str, str]] = []  # ("text", column) or ("value", key)
+    values: dict[str, dict[str, str]] = {}
+    for name in frame.columns:
+        if name == label or name in hidden:
+            continue
+        for pattern, role in _ROLES:
+            match = pattern.match(name)
+            if match:
+                key = match.group(1)
+                if key not in values:
+                    values[key] = {}
+                    order.append(("value", key))
+                values[key].setdefault(role, name)
+                break
+        else:
+            order.append(("text", name))
+    for key, roles in list(values.items()):  # paper_K alone + ours of K_<suffix> -> one column
+        if set(roles) == {"paper"}:
+            owners = [k for k, r in values.items() if k.startswith(f"{key}_") and "ours" in r and "paper" not in r]
+            if len(owners) == 1:
+                values[owners[0]]["paper"] = roles["paper"]
+                del values[key]
+    columns = []
+    for kind, name in order:
+        if kind == "text":
+            columns.append(Column(name.replace("_", " "), text=name))
+        elif name in values:
+            roles = values[name]
+            if "ours" not in roles and "paper" not in roles:  # an sd alone: show it as it is
+                columns.append(Column(roles["sd"].replace("_", " "), text=roles["sd"]))
+                continue
+            columns.append(Column(name.replace("_", " "), ours=roles.get("ours"), sd=roles.get("sd"),
+                                  paper=roles.get("paper")))
+    return columns
+
+
+def _direction(key: str) -> str:
+    return key.replace("2", "→").upper() if re.fullmatch(r"[a-z]+2[a-z]+", key) else key
+
+
+# Headings of the retrieval columns a table CSV has per language (``{lang}_{metric}_mean``), in
+# the paper's order; a metric not named here is shown under its own name, after these.
+RETRIEVAL_HEADINGS = {"i2t_r1": "I→T R@1", "t2i_r1": "T→I R@1", "rsum": "Sum", "mean_recall": "mR"}
+
+
+def table_columns(spec: dict, frame: pd.DataFrame, *, with_n: bool = True) -> list[Column]:
+    """The columns of one of the paper's tables (results/tableN.csv with its config entry), as
+    the CSV has them: per language I→T R@1, T→I R@1, Sum (and mR), then Sum(Sum); Table 7 one
+    R@1 per direction."""
+    def value(heading: str, key: str, paper: str, group: str = "") -> Column:
+        return Column(heading, ours=f"{key}_mean", sd=f"{key}_std",
+                      paper=paper if paper in frame.columns else None, group=group)
+
+    if spec.get("kind") == "translation":
+        keys = [c[: -len("_r1_mean")] for c in frame.columns if c.endswith("_r1_mean")]
+        columns = [value(f"{_direction(k)} R@1", f"{k}_r1", f"paper_{k}") for k in keys]
+    else:
+        columns = []
+        for lang in spec.get("langs", []):
+            measured = [c[len(lang) + 1: -len("_mean")] for c in frame.columns
+                        if c.startswith(f"{lang}_") and c.endswith("_mean")]
+            metrics = [m for m in RETRIEVAL_HEADINGS if m in measured]
+            metrics += [m for m in measured if m not in RETRIEVAL_HEADINGS]
+            columns += [value(RETRIEVAL_HEADINGS.get(m, m.replace("_", " ")), f"{lang}_{m}", f"paper_{lang}_{m}",
+                              lang.upper()) for m in metrics]
+        if "sum_sum_mean" in frame.columns:
+            columns.append(value("Sum(Sum)", "sum_sum", "paper_sum_sum"))
+    return columns + ([Column("n", text="n")] if with_n and "n" in frame.columns else [])
+
+
+def chart_columns(spec: dict, frame: pd.DataFrame) -> list[Column]:
+    """What a table's chart shows: each language's Sum (and Sum(Sum)); Table 7 each direction."""
+    columns = table_columns(spec, frame, with_n=False)
+    if spec.get("kind") == "translation":
+        return columns
+    return [c for c in columns if c.heading in ("Sum", "Sum(Sum)")]
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+
+
+def _header(columns: list[Column], *, label: str | None) -> str:
+    """Up to three header rows: the groups (languages), the headings, and "ours | paper" under
+    each paired column; a cell with nothing below it spans the rows down."""
+    grouped, paired = any(c.group for c in columns), any(c.paired for c in columns)
+    depth = 1 + grouped + paired
+    rows: list[list[str]] = [[] for _ in range(depth)]
+    if label is not None:
+        rows[0].append(f'<th rowspan="{depth}" class="label">{html.escape(label)}</th>')
+    for k, column in enumerate(columns):
+        top = 1 if grouped and column.group else 0
+        if top and (k == 0 or columns[k - 1].group != column.group):
+            width = 0
+            for c in columns[k:]:
+                if c.group != column.group:
+                    break
+                width += 2 if c.paired else 1
+            rows[0].append(f'<th colspan="{width}" class="group">{html.escape(column.group)}</th>')
+        span = depth - top - (1 if column.paired else 0)
+        attrs = ' colspan="2"' if column.paired else ""
+        attrs += f' rowspan="{span}"' if span > 1 else ""
+        rows[top].append(f"<th{attrs}>{html.escape(column.heading)}</th>")
+        if column.paired:
+            rows[depth - 1] += ['<th class="ours">ours</th>', '<th class="paper">paper</th>']
+    return "<thead>" + "".join(f"<tr>{''.join(r)}</tr>" for r in rows if r) + "</thead>"
+
+
+def _cells(row: pd.Series, column: Column) -> str:
+    if column.text is not None:
+        value = row.get(column.text)
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+            text = number(value, column.digits, column.scale)
+        else:
+            text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+        return f'<td class="text" data-value="{html.escape(text)}">{html.escape(text)}</td>'
+    cells = []
+    if column.ours is not None:
+        cells.append(f'<td class="ours">{html.escape(ours_text(row, column))}</td>')
+    if column.paper is not None:
+        cells.append(f'<td class="paper">{html.escape(paper_text(row, column))}</td>')
+    return "".join(cells)
+
+
+def html_table(frame: pd.DataFrame, columns: list[Column] | None = None, *, label: str = "row",
+               flag: str = "beyond_paper", caption: str | None = None) -> str:
+    """A ``<table>`` of ``frame``: the ``label`` column first (with † where ``flag`` is true),
+    then ``columns`` (default :func:`infer_columns`): ours as "mean ± sd", the paper's number
+    in the cell beside it."""
+    columns = infer_columns(frame, label=label, hidden=(flag,)) if columns is None else columns
+    has_label = label in frame.columns
+    body = []
+    for _, row in frame.iterrows():
+        beyond = flag in frame.columns and is_flagged(row.get(flag))
+        cells = ""
+        if has_label:
+            name = html.escape(str(row[label])) + (f' <span class="dagger">{DAGGER}</span>' if beyond else "")
+            cells += f'<th scope="row" class="label">{name}</th>'
+        cells += "".join(_cells(row, c) for c in columns)
+        body.append(f'<tr class="{"beyond" if beyond else "paper-row"}">{cells}</tr>')
+    head = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    head += _header(columns, label="" if has_label else None)
+    return f'<div class="scroll"><table class="results">{head}<tbody>{"".join(body)}</tbody></table></div>'
+
+
+def any_beyond(frame: pd.DataFrame, flag: str = "beyond_paper") -> bool:
+    return flag in frame.columns and any(is_flagged(v) for v in frame[flag])
+
+
+# --------------------------------------------------------------------------------------------
+# §7.2 statistics
+
+
+def pseudopair_stats_frames(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Column], pd.DataFrame, list[Column]]:
+    """results/pseudopair_stats.csv (long: one value per statistic, set and seed or seed pair)
+    as two wide tables of mean, sd over the seeds and the paper's figure: one row per pseudopair
+    set, and one per pair of sets compared (shares in percent)."""
+    compared = frame["compared_with"].fillna("").astype(str)
+    own, between = frame[compared == ""], frame[compared != ""].assign(compared_with=compared[compared != ""])
+
+    def summary(group: pd.DataFrame, statistic: str, record: dict) -> None:
+        rows = group[group["statistic"] == statistic]
+        values = [float(v) for v in rows["value"] if not pd.isna(v)]
+        m, sd, _ = summarise(values)
+        record[f"{statistic}_mean"], record[f"{statistic}_std"] = m, sd
+        paper = rows["paper"].iloc[0] if len(rows) else math.nan
+        record[f"paper_{statistic}"] = math.nan if pd.isna(paper) else float(paper)
+
+    def column(statistic: str, heading: str) -> Column:
+        percent = statistic in PERCENT_STATISTICS
+        return Column(heading, ours=f"{statistic}_mean", sd=f"{statistic}_std", paper=f"paper_{statistic}",
+                      digits=1 if percent else 2, scale=100.0 if percent else 1.0)
+
+    records = []
+    for name, group in own.groupby("pseudopairs", sort=False):
+        record = {"row": name, "criterion": str(group["criterion"].iloc[0])}
+        for statistic in STATS_HEADINGS:
+            summary(group, statistic, record)
+        records.append(record)
+    sets = pd.DataFrame.from_records(records)
+    set_columns = [Column("criterion", text="criterion"), *(column(s, h) for s, h in STATS_HEADINGS.items())]
+    records = []
+    for (a, b), group in between.groupby(["pseudopairs", "compared_with"], sort=False):
+        record = {"row": f"{a} vs {b}"}
+        for statistic in ("jaccard", "agreement"):
+            summary(group, statistic, record)
+        records.append(record)
+    pairs = pd.DataFrame.from_records(records)
+    pair_columns = [column("jaccard", "Jaccard of transferred captions"), column("agreement", "per-image agreement")]
+    return sets, set_columns, pairs, pair_columns
+
+
+# --------------------------------------------------------------------------------------------
+# Sections and the page
+
+
+def _anchor(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+
+
+def _section(title: str, body: str) -> str:
+    return f'<section id="{_anchor(title)}"><h2>{html.escape(title)}</h2>{body}</section>'
+
+
+def data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+
+
+def figure(uri: str, caption: str, *, css: str = "figure") -> str:
+    return (f'<figure class="{css}"><img src="{uri}" alt="{html.escape(caption)}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def table_section(name: str, spec: dict | None, frame: pd.DataFrame) -> str:
+    """One of the paper's tables: its chart of ours against the paper, then the table."""
+    if not spec:
+        return _section(name, html_table(frame))
+    from pseudopairs.report.charts import chart_svg
+
+    title = spec.get("title", name)
+    body = ""
+    metrics = chart_columns(spec, frame)
+    if metrics and not frame.empty:
+        svg = chart_svg(frame, metrics, labels=row_labels(frame))
+        shown = ", ".join(dict.fromkeys(c.heading for c in metrics))
+        body += figure(data_uri(svg.encode("utf-8"), "image/svg+xml"),
+                       f"{title.split(':')[0]}, {shown} per row: ours (blue: mean, ± sd over seeds) "
+                       "against the paper's published number (grey).", css="chart")
+    body += html_table(frame, table_columns(spec, frame))
+    if any_beyond(frame):
+        body += f'<p class="note">{html.escape(BEYOND_NOTE)}</p>'
+    return _section(title, body)
+
+
+def row_labels(frame: pd.DataFrame, *, label: str = "row", flag: str = "beyond_paper") -> list[str]:
+    flags = frame[flag] if flag in frame.columns else [False] * len(frame)
+    return [f"{name} {DAGGER}" if is_flagged(b) else str(name) for name, b in zip(frame[label], flags)]
+
+
+def csv_section(title: str, frame: pd.DataFrame) -> str:
+    """Any CSV with paper columns (the method check), columns inferred."""
+    return _section(title, html_table(frame))
+
+
+def pseudopair_stats_section(frame: pd.DataFrame, title: str) -> str:
+    sets, set_columns, pairs, pair_columns = pseudopair_stats_frames(frame)
+    body = ('<p class="note">Mean ± sd over seeds (Jaccard and agreement across seeds: over pairs '
+            "of seeds); shares of the German training captions in percent.</p>")
+    body += html_table(sets, set_columns)
+    if not pairs.empty:
+        body += "<h3>Sets compared (same seed)</h3>" + html_table(pairs, pair_columns)
+    return _section(title, body)
+
+
+def image_section(caption: str, path: str | Path) -> str:
+    """A figure: the caption up to " — " is the section's heading, the rest its caption."""
+    path = Path(path)
+    mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+    uri = data_uri(path.read_bytes(), mime.get(path.suffix.lower(), "application/octet-stream"))
+    heading, _, rest = caption.partition(" — ")
+    return _section(heading, figure(uri, (rest[:1].upper() + rest[1:]) or heading))
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI","DejaVu Sans",sans-serif;margin:1.5em 2em;color:#1f2933;
+  line-height:1.4;max-width:90em}
+h1{font-size:1.5em;margin:0 0 .3em}h2{font-size:1.2em;margin:1.8em 0 .5em;border-bottom:1px solid #d5dbe1;
+  padding-bottom:.2em}h3{font-size:1em}
+p.legend,p.note{color:#52606d;font-size:.9em;margin:.3em 0}p.run{background:#fff8e1;border-left:4px solid #f0b429;
+  padding:.4em .8em;font-size:.9em}
+nav ul{columns:2;column-gap:3em;font-size:.9em;padding-left:1.2em}
+.scroll{overflow-x:auto}
+table.results{border-collapse:collapse;font-size:.86em;font-variant-numeric:tabular-nums;margin:.5em 0}
+table.results th,table.results td{padding:.25em .6em;border-bottom:1px solid #e4e7eb;white-space:nowrap}
+table.results thead th{background:#f0f4f8;text-align:center;border-bottom:1px solid #bcccdc}
+table.results th.group{border-bottom:1px solid #9fb3c8}
+table.results th.label{text-align:left;font-weight:600}
+table.results td.ours{text-align:right;font-weight:600;color:#102a43}
+table.results td.paper{text-align:right;color:#7b8794;font-style:italic;border-right:1px solid #e4e7eb}
+table.results thead th.paper{color:#7b8794;font-style:italic;font-weight:normal}
+table.results thead th.ours{font-weight:normal}
+table.results td.text{text-align:left}
+table.results td.text[data-value="yes"]{color:#0e7c3a;font-weight:600}
+table.results td.text[data-value="no"]{color:#b42318;font-weight:600}
+table.results tr.beyond{background:#f5f7ff}
+table.results tr:hover{background:#fffbea}
+.dagger{color:#3e4c9b;font-weight:bold}
+figure{margin:.8em 0}figure img{max-width:100%;height:auto;border:1px solid #eef1f4}
+figure.chart img{border:none}
+figcaption{font-size:.85em;color:#52606d}
+"""
+
+
+def page(title: str, sections: list[str], *, note: str = "", contents: bool = False) -> str:
+    """A complete HTML document (no external resource: styles inline, images as data URIs)."""
+    toc = ""
+    if contents and len(sections) > 1:
+        items = re.findall(r'<section id="([^"]+)"><h2>(.*?)</h2>', "".join(sections))
+        toc = "<nav><ul>" + "".join(f'<li><a href="#{a}">{t}</a></li>' for a, t in items) + "</ul></nav>"
+    run = f'<p class="run">{html.escape(note)}</p>' if note else ""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            f'<h1>{html.escape(title)}</h1><p class="legend">{html.escape(LEGEND)}</p>{run}{toc}'
+            f'{"".join(sections)}</body></html>\n')
+
+
+def _read(path) -> pd.DataFrame:
+    from pseudopairs.io import reading
+
+    with reading(path, "a results CSV", fix="delete it and rerun the step that writes it"):
+        return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def build_page(*, title: str | None, specs: dict, tables: list[str], csvs: list[tuple[str, str]],
+               pseudopair_stats: str | None, images: list[tuple[str, str]], note: str = "") -> str:
+    """The page ``report-page`` writes: the tables (name = the CSV's stem, its config entry in
+    ``specs``), the other CSVs, the §7.2 statistics, then the images, in that order."""
+    from pseudopairs.report.pages import PSEUDOPAIR_STATS_TITLE
+
+    sections = [table_section(Path(path).stem, specs.get(Path(path).stem), _read(path)) for path in tables]
+    sections += [csv_section(caption, _read(path)) for caption, path in csvs]
+    if pseudopair_stats:
+        sections.append(pseudopair_stats_section(_read(pseudopair_stats), PSEUDOPAIR_STATS_TITLE))
+    sections += [image_section(caption, path) for caption, path in images]
+    if title is None:
+        only = specs.get(Path(tables[0]).stem, {}) if len(tables) == 1 else {}
+        title = only.get("title") or (csvs[0][0] if len(csvs) == 1 and not tables else "Results")
+    return page(title, sections, note=note, contents=len(sections) > 2)
+
+
+def _cli_page(args: argparse.Namespace) -> None:
+    if not (args.table or args.csv or args.pseudopair_stats or args.image):
+        raise ValueError("report-page: nothing to show (give --table, --csv, --pseudopair-stats or --image)")
+    text = build_page(title=args.title, specs=args.specs, tables=args.table,
+                      csvs=[tuple(c) for c in args.csv], pseudopair_stats=args.pseudopair_stats,
+                      images=[tuple(i) for i in args.image], note=args.note)
+    write_text_atomic(args.output, text)
+    print(f"{args.output}: {text.count('<table')} tables, {text.count('<img')} images, {len(text)} characters")
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("report-page", help=cli.COMMANDS["report-page"].summary)
+    p.add_argument("--output", required=True, help="the HTML page")
+    p.add_argument("--title", default=None, help="default: the one table's title, else 'Results'")
+    cli.add_json(p, "--specs", "the config's tables section (titles, kinds, languages)", required=False)
+    p.add_argument("--table", action="append", default=[], metavar="CSV",
+                   help="a table written by `table` (its name, the file's stem, picks its --specs entry)")
+    p.add_argument("--csv", nargs=2, action="append", default=[], metavar=("TITLE", "CSV"),
+                   help="any CSV with paper_* columns beside ours (X_mean/X_std or ours_X/sd_X)")
+    p.add_argument("--pseudopair-stats", default=None, metavar="CSV", help="results/pseudopair_stats.csv")
+    p.add_argument("--image", nargs=2, action="append", default=[], metavar=("CAPTION", "PNG"),
+                   help="a figure to embed")
+    p.add_argument("--note", default="", help="a sentence about this run, shown under the title")
+    p.set_defaults(func=_cli_page)

@@ -1,0 +1,413 @@
+"""Running on a cluster (issue 16): the rules declare every resource a job asks for -- memory and
+walltime (x attempt), GPUs, and the SLURM placement from config `resources.slurm` -- so neither
+the profile nor the command line has to repeat them; train + evaluate of a model are one group
+job; `--config KEY=VALUE` values are typed; the software comes as pinned conda environments and
+one container (Dockerfile / apptainer.def, `containerized:`)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+from pseudopairs.config import ConfigError, check_config, coerce_config_strings, load_config, load_schema
+
+PAPER = REPO / "config" / "paper.yaml"
+SLURM_PROFILE = REPO / "profiles" / "slurm"
+
+
+def dry_run_jobs(output: str) -> list[dict]:
+    """Every job of a dry run: its rule, group job (None outside one), threads and resources.
+    Jobs of a group job are listed indented below its "Group job NAME" line."""
+    jobs: list[dict] = []
+    group = job = None
+    for line in output.splitlines():
+        header = re.search(r"Group job (\S+) \(jobs", line)
+        if header:
+            group = header.group(1)
+            continue
+        head = re.match(r"^( *)(?:local)?rule (\w+):$", line)
+        if head:
+            if not head.group(1):
+                group = None
+            job = {"rule": head.group(2), "group": group, "threads": 1}
+            jobs.append(job)
+            continue
+        if job is not None:
+            resources = re.match(r"^\s+resources: (.*)$", line)
+            threads = re.match(r"^\s+threads: (\d+)$", line)
+            wildcards = re.match(r"^\s+wildcards: (.*)$", line)
+            if resources:
+                job.update(item.split("=", 1) for item in resources.group(1).split(", "))
+            elif threads:
+                job["threads"] = int(threads.group(1))
+            elif wildcards:
+                job["wildcards"] = wildcards.group(1)
+    return jobs
+
+
+def by_rule(jobs: list[dict]) -> dict[str, list[dict]]:
+    rules: dict[str, list[dict]] = {}
+    for job in jobs:
+        rules.setdefault(job["rule"], []).append(job)
+    return rules
+
+
+def site_file(tmp_path: Path, extra: str = "") -> Path:
+    """A site file over config/paper.yaml: the Flickr30K folder (checked when jobs need it)."""
+    flickr = tmp_path / "flickr30k"
+    flickr.mkdir(exist_ok=True)
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n{extra}")
+    return site
+
+
+@pytest.fixture(scope="module")
+def paper_slurm_dry_run(tmp_path_factory) -> str:
+    """The whole paper workflow (rule all) planned with the SLURM profile, plus a command-line
+    --set-resources (which replaces a profile's set-resources as a whole)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    tmp_path = tmp_path_factory.mktemp("paper_slurm")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
+                           "--configfile", str(PAPER), str(site_file(tmp_path)),
+                           "--set-resources", "train:mem_mb=64000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_dry_run):
+    """config/paper.yaml's resources.slurm places every job (GPU jobs in the GPU partition), and a
+    --set-resources for one resource of one rule changes that resource only."""
+    rules = by_rule(dry_run_jobs(paper_slurm_dry_run))
+    assert len(rules["train"]) == 39 * 3
+    for job in rules["train"]:
+        assert (job["slurm_partition"], job["slurm_account"], job["gpu"], job["mem_mb"], job["runtime"],
+                job["threads"]) == ("gpu", "myaccount", "1", "64000", "1440", 4)
+    for rule in ("evaluate", "features", "mine", "translate"):
+        for job in rules[rule]:
+            assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "myaccount", "1"), job
+    assert {job["mem_mb"] for job in rules["evaluate"]} == {"16000"}   # not train's 64000
+    for rule in ("download_multi30k", "prepare_captions", "read_coco", "convert_mt", "table"):
+        for job in rules[rule]:
+            assert "gpu" not in job and (job["slurm_partition"], job["slurm_account"]) == ("cpu", "myaccount")
+    # optional placement keys are unset in config/paper.yaml, so they are not asked for at all
+    assert not {"qos", "constraint", "gpu_model", "gres", "slurm_extra"} & {k for job in rules["train"] for k in job}
+
+
+def test_train_and_evaluate_of_a_model_are_one_group_job(paper_slurm_dry_run):
+    """Each evaluation runs in its training job's allocation: one group job per model (experiment
+    x seed) holding exactly its train and evaluate, so no evaluate job queues for a GPU alone."""
+    jobs = dry_run_jobs(paper_slurm_dry_run)
+    groups: dict[str, list[dict]] = {}
+    for job in jobs:
+        if job["group"]:
+            groups.setdefault(job["group"], []).append(job)
+    assert len(groups) == 39 * 3
+    for name, members in groups.items():
+        assert sorted(j["rule"] for j in members) == ["evaluate", "train"], name
+        assert len({j["wildcards"] for j in members}) == 1, name           # the same model
+        assert len({j["slurm_partition"] for j in members}) == 1
+    assert all(job["group"] for job in jobs if job["rule"] in ("train", "evaluate"))
+    # what is submitted to a GPU: one group job per model, the feature, mining and translation jobs
+    gpu_submissions = len(groups) + sum(1 for job in jobs if job["rule"] in ("features", "mine", "translate"))
+    assert gpu_submissions == 117 + 4 + 30 + 1
+
+
+def test_site_placement_keys_reach_the_jobs(tmp_path):
+    """A site file sets partitions per job kind and per rule, a GPU QOS, a node constraint, a GPU
+    model and extra sbatch options; jobs grouped with train take train's placement."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    site = site_file(tmp_path, """
+resources:
+  slurm:
+    partition: {cpu: short, gpu: gpu-a100, features: gpu-io, train: gpu-long}
+    account: null
+    qos: {gpu: gpu-normal}
+    constraint: {gpu: "a100&nvlink"}
+    gpu_model: a100
+    extra: "--mail-type=FAIL"
+""")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
+                           "results/table1.csv", "--configfile", str(PAPER), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rules = by_rule(dry_run_jobs(result.stdout))
+    for rule, partition in (("train", "gpu-long"), ("evaluate", "gpu-long"), ("features", "gpu-io")):
+        for job in rules[rule]:
+            assert (job["slurm_partition"], job["qos"], job["constraint"], job["gpu_model"], job["gpu"],
+                    job["slurm_extra"]) == (partition, "gpu-normal", "a100&nvlink", "a100", "1",
+                                            "--mail-type=FAIL"), job
+    for job in rules["prepare_captions"]:
+        assert job["slurm_partition"] == "short" and job["slurm_extra"] == "--mail-type=FAIL"
+        assert not {"qos", "constraint", "gpu_model", "gres", "gpu"} & set(job)
+    assert not any("slurm_account" in job for job in dry_run_jobs(result.stdout))
+
+
+def test_gres_asks_for_the_gpus_instead_of_gpus(tmp_path):
+    """Sites that want --gres=gpu[:type]:N instead of --gpus=N set resources.slurm.gres: GPU jobs
+    then carry gres (with resources.gpu as the count) and no gpu / gpu_model; CPU jobs neither."""
+    site = site_file(tmp_path, "resources: {gpu: 2, slurm: {gres: {gpu: 'gpu:a100'}, gpu_model: v100}}\n")
+    with parsed_workflow(tmp_path, [PAPER, site]) as workflow:
+        rules = {rule.name: rule for rule in workflow.rules}
+        for name in ("train", "evaluate", "features", "mine", "translate"):
+            declared = rules[name].resources
+            assert declared["gres"] == "gpu:a100:2", name
+            assert "gpu" not in declared and "gpu_model" not in declared, name
+        assert not {"gres", "gpu", "gpu_model"} & set(rules["convert_mt"].resources)
+
+
+def test_the_slurm_profile_declares_no_resources():
+    """Anything the profile put under set-resources/default-resources would be dropped by the same
+    option on the command line: the rules declare all of it instead."""
+    profile = yaml.safe_load((SLURM_PROFILE / "config.v8+.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["retries"] >= 1
+    assert not {"set-resources", "default-resources", "resources"} & set(profile)
+
+
+@contextmanager
+def parsed_workflow(tmp_path, configfiles):
+    """The parsed workflow (Snakemake's API), for its rules."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow = api.workflow(resource_settings=ResourceSettings(cores=64),
+                                config_settings=ConfigSettings(configfiles=configfiles),
+                                snakefile=REPO / "Snakefile", workdir=tmp_path)
+        yield workflow._workflow
+
+
+def test_memory_and_walltime_grow_with_each_attempt(tmp_path):
+    """A job retried after running out of memory or time (profile: retries) asks for its memory
+    and walltime times the attempt number."""
+    from snakemake.iocontainers import InputFiles, Wildcards
+
+    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+        rules = {rule.name: rule for rule in workflow.rules}
+        model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
+        for attempt in (1, 2, 3):
+            train = rules["train"].expand_resources(model, InputFiles(), attempt)
+            assert (train["mem_mb"], train["runtime"], train["gpu"]) == (32000 * attempt, 1440 * attempt, 1)
+            evaluate = rules["evaluate"].expand_resources(model, InputFiles(), attempt)
+            assert (evaluate["mem_mb"], evaluate["runtime"]) == (16000 * attempt, 30 * attempt)
+            table = rules["table"].expand_resources(Wildcards(fromdict={"table": "table1"}), InputFiles(), attempt)
+            assert (table["mem_mb"], table["runtime"]) == (4000 * attempt, 60 * attempt)
+
+
+def test_a_model_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
+    """The group job of one model, with Snakemake's own group arithmetic (jobs one after the
+    other: walltimes add up, memory/GPUs/cores are the larger), turned into an sbatch call by the
+    SLURM plugin: one GPU, train's memory, both walltimes -- doubled on the retry."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    from types import SimpleNamespace
+
+    from snakemake.iocontainers import InputFiles, ResourceList, Wildcards
+    from snakemake.resources import GroupResources
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+        rules = {rule.name: rule for rule in workflow.rules}
+        model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
+        for attempt in (1, 2):
+            layers = [[SimpleNamespace(resources=rules[name].expand_resources(model, InputFiles(), attempt),
+                                       pipe_group=None)] for name in ("train", "evaluate")]
+            group = GroupResources.basic_layered(toposorted_jobs=layers, constraints=workflow.global_resources,
+                                                 run_local=False, additive_resources=["runtime"],
+                                                 sortby=["runtime"])
+            assert (group["slurm_partition"], group["gpu"], group["mem_mb"], group["runtime"], group["_cores"]) == \
+                ("gpu", 1, 32000 * attempt, (1440 + 30) * attempt, 4)
+            job = SimpleNamespace(resources=ResourceList(fromdict=group), threads=group["_cores"])
+            call = get_submit_command(job, {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c",
+                                            "account": "-A myaccount", "partition": "-p gpu", "workdir": "w"})
+            call += set_gres_string(job)
+            assert f" -t {1470 * attempt} --mem {32000 * attempt} " in call
+            assert "--cpus-per-task=4" in call and call.endswith(" --gpus=1")
+
+
+def test_every_rule_asks_for_memory_walltime_and_placement(tmp_path):
+    """Each rule gets its resources from job_resources(), so a rule added later is placed like
+    the others (here: every rule of the paper workflow has a partition)."""
+    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+        for rule in workflow.rules:
+            if rule.norun:  # target rules (all, default, fetch) run nothing
+                continue
+            assert {"mem_mb", "runtime", "slurm_partition"} <= set(rule.resources), rule.name
+
+
+# --------------------------------------------------------------------------------------------
+# --config KEY=VALUE
+
+
+def test_config_on_the_command_line_is_typed_by_the_schema():
+    """Snakemake reads `--config seeds=[1]` as ['1']: strings where the schema wants numbers,
+    booleans, null or lists are parsed; strings that do not parse to such a value stay, so the
+    check still names them."""
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+    config["seeds"] = ["1", "3"]
+    config["training"].update(max_updates="10", c2c_warmup="null", learning_rate="1e-3")
+    config["features"]["skip_unreadable"] = "true"
+    config["resources"]["mem_mb"]["train"] = "5000"
+    config["world"]["images"]["m30k"]["train"] = "100"
+    config["text"]["case"] = "truecase"
+    coerce_config_strings(config, load_schema())
+    assert config["seeds"] == [1, 3]
+    assert (config["training"]["max_updates"], config["training"]["c2c_warmup"],
+            config["training"]["learning_rate"]) == (10, None, 1e-3)
+    assert config["features"]["skip_unreadable"] is True and config["resources"]["mem_mb"]["train"] == 5000
+    assert config["world"]["images"]["m30k"]["train"] == 100
+    assert config["text"]["case"] == "truecase" and config["training"]["device"] == "auto"
+    check_config(config)
+    config["training"]["batch_size"] = "big"
+    config["seeds"] = ["1.5"]
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert "config key 'training.batch_size': 'big' is not of type 'integer'" in str(err.value)
+    assert "config key 'seeds.0': '1.5' is not of type 'integer'" in str(err.value)
+
+
+def test_snakemake_config_seeds_on_the_command_line(tmp_path):
+    """config/README.md promises `--config KEY=VALUE`: a list and a nested number work."""
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "2", "results/table1.csv",
+                           "--config", "seeds=[1]", "training={max_updates: 10}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    from test_workflow import job_counts
+
+    counts = job_counts(result.stdout)
+    assert counts["train"] == 5 and counts["evaluate"] == 5     # 5 experiments x 1 seed
+    assert "results/models/en/seed1/checkpoint.pt" in result.stdout
+    assert "seed2" not in result.stdout and '"max_updates":10' in result.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Software: pinned environments and the container
+
+
+def pyproject_pins() -> dict[str, str]:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return {p.split("==")[0].lower(): p.split("==")[1] for p in pyproject["project"]["dependencies"]}
+
+
+def pip_pins(text: str) -> dict[str, str]:
+    return {m.group(1).lower(): m.group(2) for m in re.finditer(r"(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+-]+)", text)}
+
+
+def test_conda_environments_pin_every_package_exactly():
+    """envs/*.yaml pin every conda and pip package to one version, so a lock file (conda-lock)
+    can be made from them; the pip pins are pyproject.toml's."""
+    pins = pyproject_pins()
+    for path in sorted((REPO / "envs").glob("*.yaml")):
+        env = yaml.safe_load(path.read_text())
+        for dep in env["dependencies"]:
+            if isinstance(dep, dict):
+                for requirement in dep["pip"]:
+                    if requirement == "-e ../":   # envs/pseudopairs.yaml installs the clone itself
+                        continue
+                    name, _, version = requirement.partition("==")
+                    assert version and pins.get(name.lower(), version) == version, (path.name, requirement)
+            else:
+                assert re.fullmatch(r"[\w.-]+=\d+(\.\d+)+", dep), (path.name, dep)
+
+
+def _deffile(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Header and sections of an Apptainer definition file, split as Apptainer's parser does
+    (pkg/build/types/parser/deffile.go): a section starts at a line whose first word starts with
+    %, the header is what comes before the first one, comments start with #."""
+    sections: dict[str, str] = {}
+    header_lines: list[str] = []
+    current = None
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0].startswith("%"):
+            current = words[0][1:].lower()
+            assert current not in sections, f"section %{current} twice"
+            sections[current] = ""
+        elif current is None:
+            header_lines.append(line)
+        else:
+            sections[current] += line + "\n"
+    header = {}
+    for line in header_lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.split("#")[0].partition(":")
+        assert sep, f"header line without a value: {line!r}"
+        header[key.strip().lower()] = value.strip()
+    return header, sections
+
+
+def test_apptainer_definition_parses_and_installs_the_pinned_environment():
+    header, sections = _deffile((REPO / "apptainer.def").read_text())
+    assert header == {"bootstrap": "docker", "from": "python:3.11.7-slim-bookworm"}
+    valid = {"help", "setup", "files", "labels", "environment", "pre", "post", "runscript", "test",
+             "startscript", "arguments"}
+    assert set(sections) <= valid and {"post", "environment", "labels", "test", "help"} <= set(sections)
+    installed = pip_pins(sections["post"])
+    translation = pip_pins((REPO / "envs" / "translation.yaml").read_text())
+    assert installed == {**pyproject_pins(), "nvidia-cublas-cu12": translation["nvidia-cublas-cu12"]}
+    assert installed["torch"] == "2.14.1" and installed["torchvision"] == "0.29.1"
+
+
+def test_dockerfile_installs_the_same_environment():
+    text = (REPO / "Dockerfile").read_text()
+    instructions = []
+    for line in re.sub(r"\\\n", " ", text).splitlines():   # join continued lines
+        if line.strip() and not line.lstrip().startswith("#"):
+            instructions.append(line.split(None, 1))
+    known = {"FROM", "RUN", "ENV", "LABEL", "CMD", "COPY", "ARG", "WORKDIR", "ENTRYPOINT", "USER"}
+    assert all(word.upper() in known for word, *_ in instructions), instructions
+    assert instructions[0] == ["FROM", "python:3.11.7-slim-bookworm"]
+    run = " ".join(rest[0] for word, *rest in instructions if word == "RUN")
+    _, deffile = _deffile((REPO / "apptainer.def").read_text())
+    assert pip_pins(run) == pip_pins(deffile["post"])
+
+
+def test_every_rule_runs_in_the_workflow_container_with_sdm_apptainer(tmp_path):
+    """`containerized:` names the image apptainer.def builds in the clone; --sdm apptainer then
+    runs every job in it (a run without --sdm apptainer ignores it)."""
+    with parsed_workflow(tmp_path, []) as workflow:
+        image = str(REPO / "pseudopairs.sif")
+        for rule in workflow.rules:
+            if not rule.norun:
+                assert (rule.container_img, rule.is_containerized) == (image, True), rule.name
+    assert "apptainer build pseudopairs.sif apptainer.def" in (REPO / "profiles" / "README.md").read_text()
+
+
+def test_sdm_apptainer_runs_each_job_in_the_workflow_image(tmp_path):
+    """A real run with --sdm apptainer (against a stand-in `apptainer` on PATH that records its
+    arguments and runs the command on the host): the job's command, with the workflow's
+    PYTHONPATH prefix, is run through `apptainer exec ... <clone>/pseudopairs.sif bash -c ...`."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    from conftest import snakemake_exe
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "apptainer.log"
+    stub = bin_dir / "apptainer"
+    stub.write_text(f"""#!/bin/bash
+if [ "$1" = "--version" ]; then echo "apptainer version 1.3.4"; exit 0; fi
+printf '%s\\n' "$*" >> {str(log)!r}
+while [ $# -gt 0 ] && [[ "$1" != *.sif ]]; do shift; done
+shift
+exec "$@"
+""")
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    work = tmp_path / "work"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run([snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "1",
+                             "results/world/parallel/val.de", "--sdm", "apptainer"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (work / "results" / "world" / "parallel" / "val.de").stat().st_size > 0
+    (call,) = log.read_text().splitlines()
+    assert call.startswith("exec --home ") and f" {REPO / 'pseudopairs.sif'} bash -c " in call
+    assert f"export PYTHONPATH={REPO / 'src'}" in call and "python -m pseudopairs world-parallel" in call

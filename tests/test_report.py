@@ -1,0 +1,261 @@
+"""The report's HTML pages (issue 16): the tables as HTML (ours as mean ± sd, the paper's number
+beside, † on rows beyond the paper), any CSV with paper columns, the §7.2 statistics, charts; and
+a real `snakemake --report` of a tiny run, opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import math
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import run_snakemake
+from pseudopairs.report import html as pages_html
+from pseudopairs.report import tables
+
+
+class Cells(HTMLParser):
+    """The rows of every <table> of a page: [[(tag, class, text), ...], ...] per table."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: list[list[list[tuple[str, str, str]]]] = []
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell = [tag, dict(attrs).get("class") or "", ""]
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append((self._cell[0], self._cell[1], self._cell[2].strip()))
+            self._cell = None
+
+
+def parse(text: str) -> list[list[list[tuple[str, str, str]]]]:
+    parser = Cells()
+    parser.feed(text)
+    return parser.tables
+
+
+def body_rows(table) -> dict[str, list[tuple[str, str]]]:
+    """Data rows by their label: [(class, text), ...] of the cells after the label."""
+    rows = {}
+    for row in table:
+        if row and row[0][0] == "th" and "label" in row[0][1] and len(row) > 1 and row[1][0] == "td":
+            rows[row[0][2]] = [(cls, text) for _, cls, text in row[1:]]
+    return rows
+
+
+def metrics(en_rsum: float, en_i2t: float, de_rsum: float = 300.0) -> dict:
+    return {"retrieval": {"en": {"i2t_r1": en_i2t, "t2i_r1": 20.0, "rsum": en_rsum},
+                          "de": {"i2t_r1": 30.0, "t2i_r1": 25.0, "rsum": de_rsum}},
+            "translation": {"en2de": 80.0, "de2en": 70.0}}
+
+
+SPEC = {"title": "Table 9: a test table", "kind": "retrieval", "langs": ["en", "de"], "sum_sum": True,
+        "rows": [{"label": "A", "experiment": "a", "paper": {"en": [1.0, 2.0, 3.0], "sum_sum": 9.0}},
+                 {"label": "ref only", "paper": {"de": [4.0, 5.0, 6.0]}},
+                 {"label": "B <new>", "experiment": "b", "beyond_paper": True}]}
+
+
+@pytest.fixture
+def table_csv(tmp_path):
+    """A table CSV as the `table` step writes it (and the tables read back from it)."""
+    frame = tables.retrieval_table(SPEC, {"a": [metrics(100.0, 10.0), metrics(110.0, 14.0, de_rsum=310.0)],
+                                          "b": [metrics(90.0, 9.0)]})
+    path = tmp_path / "table9.csv"
+    frame.to_csv(path, index=False, float_format="%.4f")
+    return path
+
+
+def test_a_table_renders_ours_with_sd_the_paper_beside_and_daggers(table_csv):
+    frame = pd.read_csv(table_csv, keep_default_na=False, na_values=[""])
+    text = pages_html.html_table(frame, pages_html.table_columns(SPEC, frame))
+    (table,) = parse(text)
+    header = [[cell[2] for cell in row] for row in table[:3]]
+    assert header[0][1:3] == ["EN", "DE"] and header[0][3:] == ["Sum(Sum)", "n"]
+    assert header[1][:3] == ["I→T R@1", "T→I R@1", "Sum"]
+    assert set(header[2]) == {"ours", "paper"}
+    rows = body_rows(table)
+    assert list(rows) == ["A", "ref only", "B <new> †"]  # escaped in the page, † on the new row
+    a = rows["A"]
+    # EN I→T R@1: ours 12.0 ± 2.8 (sample sd of 10, 14), the paper's 1.0 in the cell beside
+    assert a[0] == ("ours", f"12.0 ± {math.sqrt(8):.1f}") and a[1] == ("paper", "1.0")
+    en_sum = next(k for k, h in enumerate(pages_html.table_columns(SPEC, frame)) if h.heading == "Sum")
+    assert a[2 * en_sum] == ("ours", f"105.0 ± {math.sqrt(50):.1f}") and a[2 * en_sum + 1] == ("paper", "3.0")
+    assert a[-3:] == [("ours", f"410.0 ± {math.sqrt(200):.1f}"), ("paper", "9.0"), ("text", "2")]
+    assert rows["ref only"][0] == ("ours", "–") and ("paper", "6.0") in rows["ref only"]
+    b = rows["B <new> †"]
+    assert b[0] == ("ours", "9.0") and b[1] == ("paper", "–") and b[-1] == ("text", "1")  # one seed: no ±
+    assert "B &lt;new&gt;" in text and '<tr class="beyond">' in text
+
+
+def test_table_7_has_one_r1_per_direction_beside_the_paper():
+    spec = {"title": "Table 7", "kind": "translation",
+            "rows": [{"label": "DPCCA", "paper": {"en2de": 82.6, "de2en": 79.1}},
+                     {"label": "En + De", "experiment": "en_de", "paper": {"en2de": 82.7, "de2en": 83.4}}]}
+    runs = [{"translation": {"en2de": 60.0, "de2en": 70.0}}, {"translation": {"en2de": 64.0, "de2en": 70.0}}]
+    frame = tables.translation_table(spec, {"en_de": runs})
+    for columns in (pages_html.table_columns(spec, frame), None):  # declared, and inferred (generic)
+        (table,) = parse(pages_html.html_table(frame, columns))
+        rows = {label: [c for c in cells if c[0] != "text"] for label, cells in body_rows(table).items()}
+        assert rows["En + De"] == [("ours", "62.0 ± 2.8"), ("paper", "82.7"), ("ours", "70.0 ± 0.0"),
+                                   ("paper", "83.4")]
+        assert rows["DPCCA"][:2] == [("ours", "–"), ("paper", "82.6")]
+    assert [c.heading for c in pages_html.table_columns(spec, frame)] == ["EN→DE R@1", "DE→EN R@1", "n"]
+
+
+def test_any_csv_with_paper_columns_renders_without_a_declaration():
+    """The hook for results such as method_check.csv: ours_X / sd_X / paper_X (or X_mean /
+    X_std / paper_X) pair up; every other column is shown as it is."""
+    frame = pd.DataFrame([{"kind": "large effect", "better": "en_de", "paper_better": 352.8, "ours_better": 250.0,
+                           "sd_better": 4.0, "paper_delta": 6.4, "ours_delta": 10.25, "welch_t": float("inf"),
+                           "n_better": 2, "holds": "yes"}])
+    columns = pages_html.infer_columns(frame)
+    assert [(c.heading, c.text, c.ours, c.sd, c.paper) for c in columns] == [
+        ("kind", "kind", None, None, None), ("better", "better", None, None, None),
+        ("better", None, "ours_better", "sd_better", "paper_better"),
+        ("delta", None, "ours_delta", None, "paper_delta"), ("welch t", "welch_t", None, None, None),
+        ("n better", "n_better", None, None, None), ("holds", "holds", None, None, None)]
+    (table,) = parse(pages_html.html_table(frame))
+    cells = [(cls, text) for _, cls, text in table[-1]]
+    assert cells == [("text", "large effect"), ("text", "en_de"), ("ours", "250.0 ± 4.0"), ("paper", "352.8"),
+                     ("ours", "10.2"), ("paper", "6.4"), ("text", "∞"), ("text", "2"), ("text", "yes")]
+
+
+def test_pseudopair_statistics_render_mean_sd_and_the_paper_beside():
+    rows = [{"statistic": "used_share", "pseudopairs": "de_coco", "criterion": "cosine", "source": "de_coco",
+             "compared_with": "", "seeds": seed, "value": used, "paper": 0.37}
+            for seed, used in (("1", 0.30), ("2", 0.40))]
+    rows.append({"statistic": "gini", "pseudopairs": "de_coco", "criterion": "cosine", "source": "de_coco",
+                 "compared_with": "", "seeds": "1", "value": 0.5, "paper": None})
+    rows.append({"statistic": "jaccard", "pseudopairs": "de_coco", "criterion": "cosine", "source": "de_coco",
+                 "compared_with": "x", "seeds": "1", "value": 0.25, "paper": 0.41})
+    section = pages_html.pseudopair_stats_section(pd.DataFrame(rows), "§7.2")
+    sets, pairs = parse(section)
+    de_coco = body_rows(sets)["de_coco"]
+    assert de_coco[0] == ("text", "cosine")
+    assert de_coco[1:3] == [("ours", f"35.0 ± {100 * math.sqrt(0.005):.1f}"), ("paper", "37.0")]  # percent
+    headings = [c[2] for c in sets[0]]
+    gini = list(tables.STATS_HEADINGS).index("gini")
+    assert headings[2 + gini] == "Gini" and de_coco[1 + 2 * gini: 3 + 2 * gini] == [("ours", "0.50"), ("paper", "–")]
+    assert body_rows(pairs)["de_coco vs x"][:2] == [("ours", "0.25"), ("paper", "0.41")]
+
+
+def test_report_page_writes_a_self_contained_page_with_tables_charts_and_figures(table_csv, tmp_path):
+    from PIL import Image
+
+    from pseudopairs.cli import main
+
+    png = tmp_path / "curves.png"
+    Image.new("RGB", (8, 8), "white").save(png)
+    check = tmp_path / "method_check.csv"
+    pd.DataFrame([{"kind": "large effect", "ours_delta": 1.0, "paper_delta": 2.0}]).to_csv(check, index=False)
+    out = tmp_path / "html" / "all.html"
+    assert main(["report-page", "--title", "Results", "--specs", json.dumps({"table9": SPEC}), "--table",
+                 str(table_csv), "--csv", "Method check", str(check), "--image", "Curves — how it trained",
+                 str(png), "--note", "a demo run", "--output", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and text.count("<table") == 2
+    assert "<h2>Table 9: a test table</h2>" in text and "<h2>Method check</h2>" in text
+    assert "<h2>Curves</h2>" in text and "<figcaption>How it trained</figcaption>" in text
+    assert text.count('src="data:image/svg+xml;base64,') == 1  # the table's chart
+    assert text.count('src="data:image/png;base64,') == 1
+    assert "a demo run" in text and pages_html.BEYOND_NOTE in text
+    assert "http://" not in text.replace("http://www.w3.org", "")  # nothing fetched from elsewhere
+    # one table alone: its title is the page's
+    single = tmp_path / "table9.html"
+    assert main(["report-page", "--specs", json.dumps({"table9": SPEC}), "--table", str(table_csv),
+                 "--output", str(single)]) == 0
+    assert "<title>Table 9: a test table</title>" in single.read_text(encoding="utf-8")
+    assert main(["report-page", "--output", str(tmp_path / "empty.html")]) == 1
+
+
+def test_the_chart_has_a_panel_per_sum_and_bars_for_ours_and_the_paper(table_csv):
+    frame = pd.read_csv(table_csv, keep_default_na=False, na_values=[""])
+    metrics_ = pages_html.chart_columns(SPEC, frame)
+    assert [(c.group, c.heading) for c in metrics_] == [("EN", "Sum"), ("DE", "Sum"), ("", "Sum(Sum)")]
+    from pseudopairs.report.charts import chart_svg
+
+    svg = chart_svg(frame, metrics_, labels=pages_html.row_labels(frame))
+    assert svg.startswith("<svg") and svg == chart_svg(frame, metrics_, labels=pages_html.row_labels(frame))
+
+
+# --------------------------------------------------------------------------------------------
+# A real report of a tiny run, in headless Chromium
+# --------------------------------------------------------------------------------------------
+
+
+def tiny_report_config() -> dict:
+    """The tiny end-to-end world (one seed), every table cut to rows of the two source models
+    that the pseudopair statistics need anyway, one pseudopair row beyond the paper and rows the
+    paper alone reports."""
+    from test_end_to_end import tiny_config
+
+    config = tiny_config()
+    aligned = {"label": "En+De+COCO+c2c", "experiment": "en_de_coco_c2c",
+               "paper": {"en": [46.5, 34.8, 378.9], "de": [40.6, 28.8, 344.6], "sum_sum": 723.5}}
+    disjoint = {"label": "De + COCO", "experiment": "de_coco", "paper": {"de": [36.4, 25.7, 319.7]}}
+    config["tables"] = {
+        "table1": {"rows": [{"label": "En", "paper": {"en": [40.5, 28.8, 346.4]}}, aligned]},
+        "table2": {"rows": [{"label": "De", "paper": {"de": [34.9, 24.6, 311.2]}}, disjoint]},
+        "table3": {"rows": [aligned]},
+        "table4": {"rows": [disjoint, {"label": "+ pseudo CSLS", "experiment": "de_coco_csls",
+                                       "beyond_paper": True}]},
+        "table5": {"rows": [aligned]},
+        "table6": {"rows": [disjoint]},
+        "table7": {"rows": [{"label": "DPCCA", "paper": {"en2de": 82.6, "de2en": 79.1}},
+                            {"label": "En + De + COCO + c2c", "experiment": "en_de_coco_c2c",
+                             "paper": {"en2de": 90.0, "de2en": 90.1}},
+                            {"label": "De + COCO", "experiment": "de_coco", "paper": {"en2de": 73.4, "de2en": 70.7}}]},
+    }
+    config["method_check"] = {"min_t": 2, "pseudopairs": [],
+                              "effects": [{"table": "table7", "metric": "de2en", "worse": "de_coco",
+                                           "better": "en_de_coco_c2c"}]}
+    return config
+
+
+@pytest.mark.slow
+def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
+    """`snakemake` then `snakemake --report` on a tiny run; Chromium opens the report, clicks the
+    all-results page in the Tables category and finds every table in the report's frame."""
+    from pseudopairs.report import browser
+
+    if browser.find_chromium() is None:
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
+    config_path = tmp_path / "tiny.yaml"
+    config_path.write_text(yaml.safe_dump(tiny_report_config()))
+    run = run_snakemake(tmp_path, "--cores", "2", "--configfile", str(config_path), timeout=1200)
+    assert run.returncode == 0, run.stderr[-3000:]
+    pages = sorted(p.name for p in (tmp_path / "results" / "html").iterdir())
+    assert pages == ["all_results.html", "method_check.html", "pseudopair_stats.html",
+                     *(f"table{k}.html" for k in range(1, 8))]
+    report = tmp_path / "results" / "report.html"
+    run = run_snakemake(tmp_path, "--report", str(report), "--configfile", str(config_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    start = browser.view_report(report)
+    assert start.categories == {"Tables", "Pseudopairs", "Training"} and "Start here" in start.menu_text
+    shot = tmp_path / "all_results.png"
+    view = browser.view_report(report, "results/html/all_results.html", screenshot=shot)
+    # 7 tables, the method check, the §7.2 sets and their comparison
+    assert view.frame_tables == 7 + 1 + 2, view.frame_text[:3000]
+    assert view.frame_images == 7 + 2  # a chart per table, the training curves, Figure 1
+    for text in ("Table 1: English M30K test 2016", "Table 7: translation retrieval", "Method check",
+                 "§7.2", "Training curves", "Figure 1", "+ pseudo CSLS †", "DPCCA", "82.6", "De + COCO"):
+        assert text in view.frame_text, text
+    assert browser.non_blank(shot, region=(0.3, 0.0, 1.0, 1.0)), f"the report's frame is blank: {shot}"
+    table = browser.view_report(report, "results/html/table4.html")
+    assert table.frame_tables == 1 and table.frame_images == 1 and "319.7" in table.frame_text
