@@ -108,3 +108,6 @@ def test_training_runs_name_the_runs_stopped_by_the_guard(tmp_path):
                            "(updates per run 900–5000, median 1200); ")
     assert "**1 stopped at max_updates while still improving**: en seed 2." in text
     assert "none reached the max_updates guard" in markdown_training_runs(runs.iloc[[0, 2]])
+    # tables.md reads it back from training_runs.csv
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    assert markdown_training_runs(pd.read_csv(tmp_path / "runs.csv", keep_default_na=False, na_values=[""])) == text

@@ -199,6 +199,11 @@ def method_check_spec():
     return as_json(ex.method_check_spec(config), sort_keys=False)
 
 
+def training_runs_outputs():
+    """How every table's training runs ended (written by rule method_check with its CSV)."""
+    return [layout.training_runs()] if method_check_outputs() else []
+
+
 def method_check_outputs():
     """The method check, when the config declares effects (for tables.md and rule all)."""
     return [layout.method_check()] if config.get("method_check", {}).get("effects") else []

@@ -38,6 +38,7 @@ rule tables_markdown:
         tables=all_tables(),
         stats=pseudopair_stats_outputs(),
         method_check=method_check_outputs(),
+        runs=training_runs_outputs(),
     output:
         report(layout.tables_markdown(), caption="../report/tables_markdown.rst", category="Tables"),
     log:
@@ -52,7 +53,9 @@ rule tables_markdown:
         specs=as_json(config["tables"]),
         stats=lambda w, input: ["--pseudopair-stats", input.stats[0]] if input.stats else [],
         method_check=lambda w, input: (
-            ["--method-check", input.method_check[0]] if input.method_check else []
+            ["--method-check", input.method_check[0], "--training-runs", input.runs[0]]
+            if input.method_check
+            else []
         ),
     shell:
         "python -m pseudopairs tables-markdown --specs {params.specs:q} --output {output:q} "

@@ -199,6 +199,11 @@ def _cli_markdown(args: argparse.Namespace) -> None:
 
         parts.append(markdown_method_check(pd.read_csv(args.method_check, keep_default_na=False,
                                                        na_values=[""])))
+    if args.training_runs:
+        from pseudopairs.report.method_check import markdown_training_runs
+
+        parts.append(markdown_training_runs(pd.read_csv(args.training_runs, keep_default_na=False,
+                                                        na_values=[""])))
     if args.pseudopair_stats:
         parts.append(markdown_pseudopair_stats(pd.read_csv(args.pseudopair_stats, keep_default_na=False,
                                                            na_values=[""])))
@@ -266,5 +271,6 @@ def register_cli(subparsers) -> None:
     p.add_argument("--output", required=True)
     p.add_argument("--pseudopair-stats", default=None, help="results/pseudopair_stats.csv to render too")
     p.add_argument("--method-check", default=None, help="results/method_check.csv to render too")
+    p.add_argument("--training-runs", default=None, help="results/training_runs.csv: one line on how training ended")
     p.add_argument("tables", nargs="+")
     p.set_defaults(func=_cli_markdown)
