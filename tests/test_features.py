@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from pseudopairs.features import extract as F
+from pseudopairs.features import network as N
 from pseudopairs.io import load_features
 
 torch.set_num_threads(1)
@@ -31,11 +32,11 @@ def memoised_models(monkeypatch):
     the real function and hand out copies. Also counts the images each model copy is run on."""
     calls = {"images": 0, "builds": 0}
 
-    def build(weights="none", *, seed=0):
+    def build(weights="none", *, seed=0, arch="resnet50"):
         calls["builds"] += 1
-        key = (weights, seed)
+        key = (weights, seed, arch)
         if key not in _MODELS:
-            _MODELS[key] = _real_build_model(weights, seed=seed)
+            _MODELS[key] = _real_build_model(weights, seed=seed, arch=arch)
         model = copy.deepcopy(_MODELS[key])
         model.register_forward_hook(lambda mod, inp, out: calls.__setitem__("images", calls["images"] + inp[0].shape[0]))
         return model
@@ -119,13 +120,13 @@ def test_paper_preprocessing_is_torchvisions_imagenet1k_v1_preset(tmp_path):
         array = (array + rng.normal(0, 20, array.shape)).clip(0, 255).astype(np.uint8)
         path = tmp_path / f"{h}x{w}.jpg"
         Image.fromarray(array).save(path, quality=90)
-        uint8 = F.load_image(path, resize=256, crop=224)
+        uint8 = N.load_image(path, resize=256, crop=224)
         assert uint8.dtype == torch.uint8 and tuple(uint8.shape) == (3, 224, 224)
-        ours = F.normalize_batch(uint8.unsqueeze(0))[0]
+        ours = N.normalize_batch(uint8.unsqueeze(0))[0]
         with Image.open(path) as img:
             expected = preset(img.convert("RGB"))
         torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
-        shifted = F.normalize_batch(F.load_image(path, resize=240, crop=224).unsqueeze(0))[0]
+        shifted = N.normalize_batch(N.load_image(path, resize=240, crop=224).unsqueeze(0))[0]
         assert (shifted - expected).abs().mean() > 0.05
 
 
@@ -236,6 +237,26 @@ def test_shards_from_other_settings_or_images_are_not_reused(tmp_path, monkeypat
                               shard_dir=shard_dir, progress=False)
     assert same.reused_shards == 2 and memoised_models["images"] == 0
     np.testing.assert_array_equal(same.features, other_images.features)
+
+    # Another architecture (features.arch) never reuses them: 512-d resnet18 features throughout.
+    memoised_models["images"] = 0
+    resnet18 = F.extract_features(other_frame, settings=settings(seed=1, crop=30, arch="resnet18"),
+                                  shard_dir=shard_dir, progress=False)
+    assert resnet18.reused_shards == 0 and memoised_models["images"] == 6
+    assert resnet18.features.shape == (6, 512)
+
+
+def test_resnet18_features_match_a_plain_torchvision_forward(tmp_path):
+    from torchvision.models import resnet18
+
+    frame = make_images(tmp_path / "img", 3)
+    result = F.extract_features(frame, settings=settings(arch="resnet18", seed=3), progress=False)
+    torch.manual_seed(3)
+    model = resnet18()
+    model.fc = torch.nn.Identity()
+    expected = reference_features(frame["path"], model=model)
+    assert result.features.shape == (3, 512)
+    np.testing.assert_allclose(result.features, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_shards_of_changed_image_files_are_not_reused(tmp_path, monkeypatch, memoised_models):
@@ -425,7 +446,7 @@ def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
     assert not (tmp_path / "torch_home" / "hub" / "checkpoints").exists()
 
     # With a file in the cache (here: a seeded resnet50 under the official file name) it is used.
-    cached = F.imagenet_checkpoint_path()
+    cached = N.imagenet_checkpoint_path()
     assert cached.parent == tmp_path / "torch_home" / "hub" / "checkpoints"
     assert cached.name.startswith("resnet50-") and cached.suffix == ".pth"
     from torchvision.models import resnet50
@@ -444,7 +465,7 @@ def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
     from torchvision.models import ResNet50_Weights
 
     official = ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=False, check_hash=True)
-    ours = F.load_weights("imagenet")
+    ours = N.load_weights("imagenet")
     assert official.keys() == ours.keys() and "fc.weight" in ours
     assert all(torch.equal(official[k], ours[k]) for k in ours)
 
@@ -483,9 +504,9 @@ def test_settings_validation_names_the_key():
 def test_forward_threads_leave_cores_to_the_decoding_workers(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
-    monkeypatch.setattr(F.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
-    assert F.forward_threads(settings(threads=3), cpu) == 3          # explicit wins
-    assert F.forward_threads(settings(workers=0), cpu) == 8          # no workers: torch's count
-    assert F.forward_threads(settings(workers=2), cpu) == 4          # 6 cores - 2 workers
-    assert F.forward_threads(settings(workers=9), cpu) == 1          # never below 1
-    assert F.forward_threads(settings(workers=2), torch.device("cuda")) == 8
+    monkeypatch.setattr(N.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert N.forward_threads(settings(threads=3), cpu) == 3          # explicit wins
+    assert N.forward_threads(settings(workers=0), cpu) == 8          # no workers: torch's count
+    assert N.forward_threads(settings(workers=2), cpu) == 4          # 6 cores - 2 workers
+    assert N.forward_threads(settings(workers=9), cpu) == 1          # never below 1
+    assert N.forward_threads(settings(workers=2), torch.device("cuda")) == 8

@@ -177,5 +177,5 @@ def test_a_criterion_k_beyond_the_data_fails_at_dag_time(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(site))
     assert result.returncode != 0
     assert ("config key 'pseudopairs.de_coco.csls.mining.k': k=100000 exceeds the 5000 database rows "
-            "(criterion 'csls' averages each query's k nearest database rows) (coco.en: 7500, m30k.de: "
+            "(criterion 'csls' averages each query's k nearest database rows) (coco.en: 15000, m30k.de: "
             "5000 captions)") in result.stdout + result.stderr
