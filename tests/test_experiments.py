@@ -101,10 +101,15 @@ def test_statistics_and_figure_specs():
     stats = ex.pseudopair_stats_spec(config)
     assert stats["top"] == 150 and stats["seeds"] == [1, 2, 3]
     assert stats["sets"]["de_coco"] == {"source": "de_coco", "criterion": "cosine",
+                                        "queries": "coco.en", "database": "m30k.de",
                                         "paper": {"used_share_text": 0.37, "top_share_text": 0.23,
                                                   "jaccard_seeds": 0.51, "agreement_seeds": 0.33}}
     assert stats["sets"]["en_de_coco_c2c.mutual"]["criterion"] == "mutual"
-    assert len(ex.pseudopair_stats_inputs(config)) == 14 * 3 * 2   # sets x seeds x (pairs, stats)
+    # the reverse direction and the rounds' sets are described like the others
+    assert stats["sets"]["de_coco.reverse"]["queries"] == "m30k.de"
+    assert stats["sets"]["de_coco.round2"]["source"] == "de_coco_round1"
+    # 14 sets (2 sources x 7 criteria) + the reverse set + 2 chains x 3 rounds; x seeds x (pairs, stats)
+    assert len(ex.pseudopair_stats_inputs(config)) == (14 + 1 + 6) * 3 * 2
     assert stats["files"]["de_coco"]["2"] == {"pairs": "results/pseudopairs/de_coco/seed2/pairs.parquet",
                                               "stats": "results/pseudopairs/de_coco/seed2/stats.json"}
     figure = ex.pseudopair_figure_spec(config)

@@ -221,6 +221,8 @@ def tiny_report_config() -> dict:
                              "paper": {"en2de": 90.0, "de2en": 90.1}},
                             {"label": "De + COCO", "experiment": "de_coco", "paper": {"en2de": 73.4, "de2en": 70.7}}]},
     }
+    # each chain of iterated bootstrapping cut to one round (its table is a page like the others)
+    config["rounds"] = {chain: {"rounds": 1} for chain in ("de_coco", "en_de_coco_c2c")}
     config["method_check"] = {"min_t": 2, "pseudopairs": [],
                               "effects": [{"table": "table7", "metric": "de2en", "worse": "de_coco",
                                            "better": "en_de_coco_c2c"}]}
@@ -241,7 +243,8 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     pages = sorted(p.name for p in (tmp_path / "results" / "html").iterdir())
     assert pages == ["all_results.html", "method_check.html", "pseudopair_stats.html",
-                     *(f"table{k}.html" for k in range(1, 8))]
+                     *(f"table{k}.html" for k in range(1, 8)),
+                     "table_rounds_de_coco.html", "table_rounds_en_de_coco_c2c.html"]
     report = tmp_path / "results" / "report.html"
     run = run_snakemake(tmp_path, "--report", str(report), "--configfile", str(config_path))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -250,9 +253,9 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert start.categories == {"Tables", "Pseudopairs", "Training"} and "Start here" in start.menu_text
     shot = tmp_path / "all_results.png"
     view = browser.view_report(report, "results/html/all_results.html", screenshot=shot)
-    # 7 tables, the method check, the §7.2 sets and their comparison
-    assert view.frame_tables == 7 + 1 + 2, view.frame_text[:3000]
-    assert view.frame_images == 7 + 2  # a chart per table, the training curves, Figure 1
+    # 7 tables and 2 of rounds, the method check, the §7.2 sets and their comparison
+    assert view.frame_tables == 9 + 1 + 2, view.frame_text[:3000]
+    assert view.frame_images == 9 + 2  # a chart per table, the training curves, Figure 1
     for text in ("Table 1: English M30K test 2016", "Table 7: translation retrieval", "Method check",
                  "§7.2", "Training curves", "Figure 1", "+ pseudo CSLS †", "DPCCA", "82.6", "De + COCO"):
         assert text in view.frame_text, text

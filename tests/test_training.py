@@ -425,7 +425,8 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
     metrics = json.loads(out.read_text())
     assert set(metrics) == {"experiment", "seed", "retrieval", "translation", "sum_sum", "checkpoint"}
     assert (metrics["experiment"], metrics["seed"]) == ("en_de_c2c", 1)
-    assert metrics["checkpoint"] == {"update": summary["best_update"], "val_score": summary["best_score"]}
+    assert metrics["checkpoint"] == {"update": summary["best_update"], "val_score": summary["best_score"],
+                                     "updates": summary["updates"], "stop_reason": summary["stop_reason"]}
     assert set(metrics["retrieval"]) == {"en", "de"}
     assert metrics["sum_sum"] == pytest.approx(sum(m["rsum"] for m in metrics["retrieval"].values()))
 

@@ -47,12 +47,12 @@ def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     # De+COCO, 6 pseudopair rows, footnote 7's c2c row, the fine-tuning control, 12 hubness-aware
-    # rows (6 criteria, retrained and fine-tuned): 21 experiments x 3 seeds
-    assert counts["train"] == 21 * 3 and counts["evaluate"] == 21 * 3
-    # the paper's cosine set and 6 hubness-aware sets of the De+COCO model, per seed
-    assert counts["mine"] == 7 * 3
-    # cosine set at percentiles 0, 25, 75; hubness sets unfiltered; per seed
-    assert counts["pseudopair_captions"] == 9 * 3
+    # rows (6 criteria, retrained and fine-tuned), 3 reverse-direction rows: 24 experiments x 3 seeds
+    assert counts["train"] == 24 * 3 and counts["evaluate"] == 24 * 3
+    # the paper's cosine set, 6 hubness-aware sets and the reverse set of the De+COCO model, per seed
+    assert counts["mine"] == 8 * 3
+    # cosine set at percentiles 0, 25, 75; hubness and reverse sets unfiltered; per seed
+    assert counts["pseudopair_captions"] == 10 * 3
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     mine = [b for b in blocks if "rule mine:" in b and "pseudopairs=de_coco, seed=2" in b]
     assert len(mine) == 1 and "results/models/de_coco/seed2/checkpoint.pt" in mine[0]
@@ -106,8 +106,9 @@ def test_pseudopair_statistics_and_figure_dag(tmp_path):
                            "results/figures/pseudopair_examples.png")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    # 14 pseudopair sets (2 source models x 7 criteria) x 3 seeds; only the sources are trained
-    assert counts["mine"] == 14 * 3 and counts["train"] == 2 * 3
+    # 14 pseudopair sets (2 source models x 7 criteria), the reverse set and the 2 x 3 rounds'
+    # sets, x 3 seeds; trained: the sources and the models of rounds 1 and 2 that mine rounds 2, 3
+    assert counts["mine"] == (14 + 1 + 6) * 3 and counts["train"] == (2 + 2 * 2) * 3
     assert counts["pseudopair_stats"] == 1 and counts["pseudopair_figure"] == 1
     assert "evaluate" not in counts
 
@@ -207,7 +208,7 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     by_rule: dict[str, list[dict]] = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
-    assert len(by_rule["train"]) == 21 * 3   # 21 experiments x 3 seeds
+    assert len(by_rule["train"]) == 24 * 3   # 24 experiments x 3 seeds
     for job in by_rule["train"]:
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
             ("1", "32000", "1440", "gpu", 4)

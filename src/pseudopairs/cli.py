@@ -55,6 +55,7 @@ COMMANDS: dict[str, Command] = {
     "table": Command("report", "pseudopairs.report.tables", "one of the paper's tables (mean, sd, n; paper)"),
     "tables-markdown": Command("report", "pseudopairs.report.tables", "all tables as Markdown"),
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
+    "rounds-summary": Command("report", "pseudopairs.report.rounds", "iterated bootstrapping: per-round scores, §7.2 shares, stop rule, figure"),
     "report-page": Command("report", "pseudopairs.report.html", "an HTML page of tables (ours vs the paper, charts) and figures"),
 }
 

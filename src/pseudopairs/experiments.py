@@ -277,6 +277,7 @@ def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
     stats = config.get("pseudopair_stats", {})
     return {
         "sets": {name: {"source": pp["source"], "criterion": criterion(config, name),
+                        "queries": pp["queries"], "database": pp["database"],
                         "paper": pp.get("paper", {})}
                  for name, pp in config.get("pseudopairs", {}).items()},
         "seeds": list(config["seeds"]),

@@ -99,6 +99,16 @@ def training_curves() -> str:
     return f"{RESULTS}/figures/training_curves.png"
 
 
+def rounds_summary(chain: str) -> str:
+    """Iterated bootstrapping: one row per round of chain ``chain`` (:mod:`pseudopairs.report.rounds`)."""
+    return f"{RESULTS}/rounds_{chain}.csv"
+
+
+def rounds_figure(chain: str) -> str:
+    """The chain's metric and top-150 share per round (:mod:`pseudopairs.report.rounds`)."""
+    return f"{RESULTS}/figures/rounds_{chain}.png"
+
+
 def world_parallel_text(split: str, lang: str) -> str:
     """The demo world's parallel text (one raw sentence per line) for the demo MT model."""
     return f"{RESULTS}/world/parallel/{split}.{lang}"

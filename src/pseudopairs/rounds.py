@@ -26,13 +26,20 @@ expands, for round r (r = 1 … k; round r−1 is ``source`` when r = 1), into
   §7.2 comparisons of round r with round r−1 (the overlap of their transferred captions).
 
 Nothing is read out of names: every generated entry is written into the config before it is
-checked, exactly as if it had been written by hand (``expanded_rounds`` lists them for the docs).
+checked, exactly as if it had been written by hand.
+
+:func:`summary_spec` lists what the per-chain summary (``results/rounds_{chain}.csv`` and
+``results/figures/rounds_{chain}.png``, :mod:`pseudopairs.report.rounds`) reads: each round's
+``metrics.json`` (validation and test scores) and, from round 1 on, its pairs — the pairs round r
+trains on, mined by round r−1's model.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from pseudopairs import layout
 
 KEYS = {"source", "rounds", "pseudopairs", "dataset", "experiment", "finetune", "c2c_pseudopairs", "table"}
 
@@ -125,3 +132,50 @@ def expand_rounds(config: dict) -> dict:
         _put(config.setdefault("tables", {}), f"table_rounds_{chain}", table, where=f"rounds.{chain}",
              what="tables")
     return config
+
+
+# --------------------------------------------------------------------------------------------
+# The per-chain summary (results/rounds_{chain}.csv and its figure)
+
+
+def chains(config: dict) -> list[str]:
+    """The names of the config's iterated-bootstrapping chains."""
+    return list(config.get("rounds") or {})
+
+
+def chain_rounds(config: dict, chain: str) -> list[dict[str, Any]]:
+    """Round 0 … k of ``chain``: ``{"round", "experiment", "pseudopairs"}`` (round 0: the source
+    experiment, no pairs; round r: the experiment trained on ``{chain}.round{r}``)."""
+    try:
+        spec = config["rounds"][chain]
+    except (KeyError, TypeError):
+        raise ValueError(f"config key 'rounds': unknown chain {chain!r}") from None
+    out = [{"round": 0, "experiment": spec["source"], "pseudopairs": None}]
+    for r in range(1, spec["rounds"] + 1):
+        names = round_names(chain, r, spec["dataset"])
+        out.append({"round": r, "experiment": names["experiment"], "pseudopairs": names["pseudopairs"]})
+    return out
+
+
+def summary_spec(config: dict, chain: str) -> dict[str, Any]:
+    """What the ``rounds-summary`` step of ``chain`` reads: the metric (the Sum of each language of
+    the chain's table, summed: Sum(Sum) for two), the seeds, the top-N of the §7.2 top share, and
+    per round its experiment's ``metrics.json`` and (round ≥ 1) its pairs and mining stats per
+    seed (the rule's inputs)."""
+    table = config["tables"][f"table_rounds_{chain}"]
+    seeds = [str(seed) for seed in config["seeds"]]
+    rounds = []
+    for entry in chain_rounds(config, chain):
+        pp = entry["pseudopairs"]
+        rounds.append({**entry,
+                       "metrics": {s: layout.metrics(entry["experiment"], s) for s in seeds},
+                       "pairs": {s: layout.pseudopair_pairs(pp, s) for s in seeds} if pp else {},
+                       "stats": {s: layout.pseudopair_mining_stats(pp, s) for s in seeds} if pp else {}})
+    return {"chain": chain, "langs": list(table["langs"]), "seeds": seeds,
+            "top": config.get("pseudopair_stats", {}).get("top", 150), "rounds": rounds}
+
+
+def summary_inputs(config: dict, chain: str) -> list[str]:
+    spec = summary_spec(config, chain)
+    return [path for entry in spec["rounds"] for part in ("metrics", "pairs", "stats")
+            for path in entry[part].values()]

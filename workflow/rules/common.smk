@@ -181,6 +181,32 @@ def pseudopair_figure_spec():
     return as_json(ex.pseudopair_figure_spec(config), sort_keys=False)
 
 
+# Iterated bootstrapping (config `rounds:`, pseudopairs.rounds; rule rounds_summary in rounds.smk)
+from pseudopairs import rounds as chains_of_rounds
+
+
+def rounds_outputs():
+    """Each chain's summary CSV and figure (rule all)."""
+    return [
+        path
+        for chain in chains_of_rounds.chains(config)
+        for path in (layout.rounds_summary(chain), layout.rounds_figure(chain))
+    ]
+
+
+def rounds_chain_pattern():
+    names = chains_of_rounds.chains(config)
+    return "|".join(re.escape(name) for name in names) if names else "$^"
+
+
+def rounds_summary_inputs(wildcards):
+    return chains_of_rounds.summary_inputs(config, wildcards.chain)
+
+
+def rounds_summary_spec(wildcards):
+    return as_json(chains_of_rounds.summary_spec(config, wildcards.chain), sort_keys=False)
+
+
 def table_inputs(wildcards):
     return ex.table_inputs(config, wildcards.table)
 

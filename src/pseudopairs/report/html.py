@@ -362,7 +362,8 @@ def csv_section(title: str, frame: pd.DataFrame) -> str:
 def pseudopair_stats_section(frame: pd.DataFrame, title: str) -> str:
     sets, set_columns, pairs, pair_columns = pseudopair_stats_frames(frame)
     body = ('<p class="note">Mean ± sd over seeds (Jaccard and agreement across seeds: over pairs '
-            "of seeds); shares of the German training captions in percent.</p>")
+            "of seeds); shares of each set's database captions (German M30K training captions; English "
+            "COCO captions for a reverse-direction set) in percent.</p>")
     body += html_table(sets, set_columns)
     if not pairs.empty:
         body += "<h3>Sets compared (same seed)</h3>" + html_table(pairs, pair_columns)

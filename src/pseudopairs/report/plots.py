@@ -1,5 +1,6 @@
 """Plots of the mined pseudopairs (paper §7.2): caption use (rank–frequency, log-log) and the
-similarity of the mined pairs, one panel per source model."""
+similarity of the mined pairs, one panel per source model and direction (queries → database:
+the paper's COCO → M30K German, or the reverse M30K German → COCO English)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,49 @@ import numpy as np
 from pseudopairs.io import atomic_path, read_pairs
 
 
-def _source_panels(spec: dict, path, *, draw, xlabel: str, ylabel: str, title: str, load=None) -> None:
-    """One panel per source model (first seed), ``draw(ax, pairs, info)`` once per pseudopair set
-    of that source; saved atomically as PNG."""
+def panels(spec: dict) -> dict[tuple, list[str]]:
+    """The sets of each panel: one panel per source model and direction (queries → database; a
+    set without them in the spec counts as the paper's direction), in the spec's order."""
+    grouped: dict[tuple, list[str]] = {}
+    for name, info in spec["sets"].items():
+        key = (info["source"], info.get("queries", ""), info.get("database", ""))
+        grouped.setdefault(key, []).append(name)
+    return grouped
+
+
+def set_label(name: str, info: dict, detail: str) -> str:
+    """A line's legend: the set's name and criterion (several sets of one panel can share a
+    criterion, e.g. a round of iterated bootstrapping and the paper's set)."""
+    return f"{name}: {info['criterion']} ({detail})"
+
+
+def _source_panels(spec: dict, path, *, draw, xlabel: str, ylabel: str, title: str, load=None,
+                   columns: int = 3) -> None:
+    """One panel per source model and direction (:func:`panels`; first seed), at most ``columns``
+    per row, ``draw(ax, pairs, name, info)`` once per pseudopair set of the panel; saved
+    atomically as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     seed = spec["seeds"][0]
-    sources = list(dict.fromkeys(info["source"] for info in spec["sets"].values()))
-    fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4.2), squeeze=False)
-    for ax, source in zip(axes[0], sources):
-        for name, info in spec["sets"].items():
-            if info["source"] == source:
-                pairs = load(name, seed)[0] if load else read_pairs(spec["files"][name][str(seed)]["pairs"])
-                draw(ax, pairs, info)
-        ax.set_title(f"source {source}, seed {seed}")
+    groups = panels(spec)
+    ncols = min(columns, len(groups))
+    nrows = -(-len(groups) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4.2 * nrows), squeeze=False)
+    for ax, ((source, queries, database), names) in zip(axes.flat, groups.items()):
+        for name in names:
+            info = spec["sets"][name]
+            pairs = load(name, seed)[0] if load else read_pairs(spec["files"][name][str(seed)]["pairs"])
+            draw(ax, pairs, name, info)
+        direction = f", {queries} → {database}" if queries and database else ""
+        ax.set_title(f"source {source}{direction}, seed {seed}", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
     fig.suptitle(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -38,12 +61,13 @@ def _source_panels(spec: dict, path, *, draw, xlabel: str, ylabel: str, title: s
 
 def caption_use_plot(spec: dict, path, *, load=None) -> None:
     """Log-log rank–frequency plot of caption use (times each database caption was transferred,
-    most used first), one line per pseudopair set, seed = the first seed; one panel per source."""
+    most used first), one line per pseudopair set, seed = the first seed; one panel per source
+    and direction."""
 
-    def draw(ax, pairs, info):
+    def draw(ax, pairs, name, info):
         counts = np.sort(np.bincount(pairs["match_row"].to_numpy()))[::-1]
         counts = counts[counts > 0]
-        ax.loglog(np.arange(1, len(counts) + 1), counts, label=f"{info['criterion']} ({len(counts)} used)")
+        ax.loglog(np.arange(1, len(counts) + 1), counts, label=set_label(name, info, f"{len(counts)} used"))
         ax.grid(True, which="both", alpha=0.3)
 
     _source_panels(spec, path, draw=draw, xlabel="caption rank by use", ylabel="times transferred",
@@ -53,13 +77,13 @@ def caption_use_plot(spec: dict, path, *, load=None) -> None:
 
 def similarity_histograms(spec: dict, path, *, load=None) -> None:
     """Histogram of the cosine similarity of the mined pairs, one line per pseudopair set (first
-    seed), one panel per source model; dotted lines mark the 25th and 75th percentiles of the
-    paper's (cosine) set, where the "25%" and "75%" filters cut."""
+    seed), one panel per source model and direction; dotted lines mark the 25th and 75th
+    percentiles of each cosine set, where the "25%" and "75%" filters cut."""
 
-    def draw(ax, pairs, info):
+    def draw(ax, pairs, name, info):
         values = pairs["similarity"].to_numpy(dtype=float)
         ax.hist(values, bins=50, histtype="step", density=True,
-                label=f"{info['criterion']} ({len(values)} pairs)")
+                label=set_label(name, info, f"{len(values)} pairs"))
         if info["criterion"] == "cosine":
             for q in (25, 75):
                 ax.axvline(np.percentile(values, q), linestyle=":", color="grey")

@@ -237,8 +237,9 @@ def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
     own = frame[frame["compared_with"].isna() | (frame["compared_with"] == "")]
     header = ["pseudopair set", "criterion", *STATS_HEADINGS.values()]
     lines = ["## §7.2: statistics of the pseudopair sets", "",
-             "Mean ± sd over seeds (Jaccard and agreement: over pairs of seeds); the paper's figure "
-             "in [brackets]. Shares of the database (German training) captions.", "",
+             ("Mean ± sd over seeds (Jaccard and agreement: over pairs of seeds); the paper's figure "
+              "in [brackets]. Shares of each set's database captions (German M30K training captions; "
+              "English COCO captions for a reverse-direction set)."), "",
              "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for name, group in own.groupby("pseudopairs", sort=False):
         line = [name, str(group["criterion"].iloc[0])]

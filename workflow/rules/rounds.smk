@@ -1,0 +1,39 @@
+# Iterated bootstrapping (beyond the paper; config `rounds:`, pseudopairs.rounds): every round of
+# a chain is an ordinary pseudopair set, data set, experiment and table row, built by the other
+# rules. This rule summarises a chain: per round the validation and test scores, the §7.2 shares
+# of its pairs and their overlap with the previous round's, and the round a validation-driven stop
+# keeps (every round is trained: the DAG is static; the stop rule is applied afterwards).
+# Input functions: common.smk (rounds_summary_inputs, rounds_summary_spec, rounds_outputs).
+
+
+# Seconds of work each: run where Snakemake runs, never submitted to a cluster.
+localrules:
+    rounds_summary,
+
+
+rule rounds_summary:
+    input:
+        rounds_summary_inputs,
+    output:
+        csv=layout.rounds_summary("{chain}"),
+        png=report(
+            layout.rounds_figure("{chain}"),
+            caption="../report/rounds.rst",
+            category="Pseudopairs",
+            labels={"chain": "{chain}"},
+        ),
+    log:
+        layout.log("rounds_summary", "{chain}"),
+    benchmark:
+        layout.benchmark("rounds_summary", "{chain}")
+    wildcard_constraints:
+        chain=rounds_chain_pattern(),
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("rounds_summary"),
+    params:
+        spec=rounds_summary_spec,
+    shell:
+        "python -m pseudopairs rounds-summary --spec {params.spec:q} --output {output.csv:q} "
+        "--figure {output.png:q} > {log:q} 2>&1"
