@@ -4,7 +4,6 @@ tables) in a temporary directory, and the rerun behaviour after a config change.
 from __future__ import annotations
 
 import json
-import re
 
 import pandas as pd
 import pytest

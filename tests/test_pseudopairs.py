@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 import pseudopairs.model.training as training
-from pseudopairs.model import checkpoints, encode, steps
+from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.figures import choose_examples, pseudopair_figure
 from pseudopairs.mining.statistics import image_agreement, pseudopair_statistics, run_statistics, transferred_jaccard
 from pseudopairs.io import PAIR_COLUMNS, read_pairs

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, sentence)
+                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, sentence)
 
 CASES = ("nom", "acc", "gen", "dat", "ins", "loc")
 GENDERS = ("ma", "mi", "f", "n")  # masculine animate / inanimate, feminine, neuter
@@ -251,14 +251,8 @@ def with_preposition(preposition: str, phrase: str) -> str:
 def adjectives(*, size: str | None, size_variant: int, colour: str | None,
                texture: str | None) -> list[CzechAdjective]:
     """Adjectives in the order size, colour, texture."""
-    adjs = []
-    if size is not None:
-        adjs.append(SIZES[size][size_variant])
-    if colour is not None:
-        adjs.append(COLOURS[colour])
-    if texture is not None and texture in TEXTURES:
-        adjs.append(TEXTURES[texture])
-    return adjs
+    return pick_adjectives(sizes=SIZES, colours=COLOURS, textures=TEXTURES, size=size,
+                           size_variant=size_variant, colour=colour, texture=texture)
 
 
 def czech_object_phrase(kind: str, *, colour: str | None = None, size: str | None = None,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, plural_subject,
+                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, plural_subject,
                                        sentence)
 
 GENDERS = ("m", "f")
@@ -205,14 +205,8 @@ def with_preposition(preposition: str, phrase: str) -> str:
 def adjectives(*, size: str | None, size_variant: int, colour: str | None,
                texture: str | None) -> list[FrenchAdjective]:
     """Adjectives in the order size, colour, texture (sizes then stand before the noun)."""
-    adjs = []
-    if size is not None:
-        adjs.append(SIZES[size][size_variant])
-    if colour is not None:
-        adjs.append(COLOURS[colour])
-    if texture is not None and texture in TEXTURES:
-        adjs.append(TEXTURES[texture])
-    return adjs
+    return pick_adjectives(sizes=SIZES, colours=COLOURS, textures=TEXTURES, size=size,
+                           size_variant=size_variant, colour=colour, texture=texture)
 
 
 def french_object_phrase(kind: str, *, colour: str | None = None, size: str | None = None,

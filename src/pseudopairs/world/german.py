@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, plural_subject,
+                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, plural_subject,
                                        sentence)
 
 CASES = ("nom", "acc", "dat")
@@ -184,14 +184,8 @@ def german_prepositional_phrase(preposition: str, noun: GermanNoun, *,
 
 def adjectives(*, size: str | None, size_variant: int, colour: str | None, texture: str | None) -> list[str]:
     """Adjectives (base forms) in the order size, colour, texture."""
-    adjs = []
-    if size is not None:
-        adjs.append(SIZES[size][size_variant])
-    if colour is not None:
-        adjs.append(COLOURS[colour])
-    if texture is not None and texture in TEXTURES:
-        adjs.append(TEXTURES[texture])
-    return adjs
+    return pick_adjectives(sizes=SIZES, colours=COLOURS, textures=TEXTURES, size=size,
+                           size_variant=size_variant, colour=colour, texture=texture)
 
 
 def german_object_phrase(kind: str, *, colour: str | None = None, size: str | None = None,

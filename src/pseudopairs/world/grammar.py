@@ -240,6 +240,21 @@ def check_aligned(lang: str, *, nouns: dict, colours: dict, sizes: dict, texture
         raise RuntimeError(f"world language {lang!r}: lexicon not aligned ({', '.join(problems)})")
 
 
+def pick_adjectives(*, sizes: dict, colours: dict, textures: dict, size: str | None, size_variant: int,
+                    colour: str | None, texture: str | None) -> list:
+    """One language's adjectives for an object, in the order size, colour, texture (each language
+    passes its own lexicon: base forms, or inflectable adjectives); a texture the language has no
+    adjective for is left out."""
+    adjs = []
+    if size is not None:
+        adjs.append(sizes[size][size_variant])
+    if colour is not None:
+        adjs.append(colours[colour])
+    if texture is not None and texture in textures:
+        adjs.append(textures[texture])
+    return adjs
+
+
 def coordinate(items: Sequence[str], conjunction: str) -> str:
     if len(items) == 1:
         return items[0]
