@@ -83,6 +83,33 @@ def test_shipped_configs_are_valid(name):
          "config key 'translation.train': unknown setting(s) translation.train.epoch"),
         (lambda c: c["translation"]["translate"].update(beam_size=0),
          "config key 'translation.translate.beam_size': must be an integer >= 1, got 0"),
+        # paper 004's tables: per-table columns, per-language rows, the test corpus, the seeds
+        (lambda c: c["tables"]["table_lessons4"]["rows"][1]["paper"].update(en=[67.4, 55.1, 1.0]),
+         ("config key 'tables.table_lessons4.rows.1.paper.en': 3 numbers for the table's 2 columns "
+          "['i2t_r10', 't2i_r10']")),
+        (lambda c: c["tables"]["table_lessons4"]["rows"][0]["experiments"].update(de="t_dee"),
+         "config key 'tables.table_lessons4.rows.0.experiments.de': unknown experiment 't_dee'"),
+        (lambda c: c["tables"]["table_lessons4"]["rows"][0]["experiments"].update(fr="t_fr"),
+         "config key 'tables.table_lessons4.rows.0.experiments.fr': the table has no language 'fr'"),
+        (lambda c: c["tables"]["table_lessons4"]["rows"][0].update(experiment="t_en"),
+         "config key 'tables.table_lessons4.rows.0': give experiment or per-language experiments, not both"),
+        (lambda c: c["tables"]["table_lessons4"].update(columns=["t2i_r10", "t2i_r20"]),
+         "config key 'tables.table_lessons4.columns.1': 't2i_r20' is not one of"),
+        (lambda c: c["tables"]["table_lessons7"].update(test_corpus="coco"),
+         ("config key 'tables.table_lessons7.test_corpus': 'coco' is neither the evaluation corpus 'm30k' "
+          "nor the translation corpus 'm30k_task1'")),
+        # French is tested on the translation portion only
+        (lambda c: c["tables"]["table_lessons7"].pop("test_corpus"),
+         "config key 'tables.table_lessons7.langs.0': models are not tested in 'fr' on corpus 'm30k'"),
+        (lambda c: c["tables"]["table_lessons7"].update(seeds=[1, 1]), "config key 'tables.table_lessons7.seeds'"),
+        (lambda c: c["tables"]["table7"].update(columns=["t2i_r10"]),
+         "config key 'tables.table7.columns': only retrieval tables have it"),
+        # a language neither the evaluation corpus nor the translation corpus has: no validation
+        (lambda c: (c["datasets"].update({"coco.ja": {"corpus": "coco", "lang": "ja"}}),
+                    c["experiments"].update({"ja": {"c2i": ["coco.ja"]}})),
+         "config key 'experiments.ja': no validation captions in language 'ja'"),
+        (lambda c: c["experiments"]["t_multi_c2c"]["c2c"].append(["m30k_task1.fr", "coco.en"]),
+         "config key 'experiments.t_multi_c2c.c2c.6': a c2c pair needs two languages over the same images"),
         (lambda c: c["translation"]["model"].update(parallel_text={"train": {"en": "a.en", "de": "a.de"},
                                                                     "valid": {"en": "b.en", "fr": "b.fr"}}),
          "config key 'translation.model.parallel_text.valid': no 'de' file"),

@@ -126,3 +126,48 @@ def test_an_experiments_own_training_settings_override_the_config():
     assert settings["batch_size"] == config["training"]["batch_size"]
     assert settings["joint_dim"] == config["model"]["joint_dim"]          # model settings included
     assert ex.training_settings(config, "en")["learning_rate"] == config["training"]["learning_rate"]
+
+
+def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion():
+    """Fr and Cs exist in the translation portion only: a model trained on them validates those
+    languages on its val split (same images, the evaluation corpus' features); a model shown by a
+    translation-portion table is also tested there in that table's languages. Every other model's
+    specs (job parameters) stay as they were, so nothing already trained reruns."""
+    config = demo()
+    spec = ex.training_spec(config, "t_multi", 1)
+    assert spec["validation"] == {"captions": "results/captions/m30k/val.parquet",
+                                  "features": "results/features/m30k/val.npz",
+                                  "langs": ["en", "de", "fr", "cs"],
+                                  "lang_captions": {"fr": "results/captions/m30k_task1/val.parquet",
+                                                    "cs": "results/captions/m30k_task1/val.parquet"}}
+    assert [d["features"] for d in spec["c2i"]] == ["results/features/m30k/train.npz"] * 4
+    assert "results/captions/m30k_task1/val.parquet" in ex.training_inputs(config, "t_multi", 1)
+    assert "lang_captions" not in ex.training_spec(config, "t_en", 1)["validation"]
+    evaluation = ex.evaluation_spec(config, "t_fr")
+    assert evaluation["portion_langs"] == ["en", "de", "fr", "cs"]     # Tables 6 and 7
+    assert evaluation["portion_captions"] == "results/captions/m30k_task1/test.parquet"
+    assert ex.evaluation_spec(config, "t_multi_comp")["portion_langs"] == ["fr", "cs"]   # Table 7 only
+    for name in ("en", "c1_en_de_c2c", "t_en_de"):       # tested on the comparable test only
+        assert ex.evaluation_spec(config, name) == ex.evaluation_spec(config) and \
+            "portion_langs" not in ex.evaluation_spec(config, name)
+    config["evaluation"]["portion_langs"] = ["cs"]       # every model, then the tables' languages
+    assert ex.evaluation_spec(config, "en")["portion_langs"] == ["cs"]
+    assert ex.evaluation_spec(config, "t_multi")["portion_langs"] == ["cs", "en", "de", "fr"]
+
+
+def test_tables_average_over_their_own_seeds():
+    """The demo's 004 tables use two seeds; a model both papers show is trained for the union."""
+    config = demo()
+    assert ex.table_seeds(config, "table1") == [1, 2, 3] and ex.table_seeds(config, "table_lessons2") == [1, 2]
+    spec = ex.table_spec(config, "table_lessons4")
+    assert spec["metrics"]["t_de"] == {"1": "results/models/t_de/seed1/metrics.json",
+                                       "2": "results/models/t_de/seed2/metrics.json"}
+    assert "retrieval_key" not in spec                                      # the comparable test
+    assert ex.table_spec(config, "table_lessons6")["retrieval_key"] == "portion_retrieval"
+    assert ex.table_experiments(config, "table_lessons4") == ["t_en", "t_de", "t_en_de", "t_en_de_c2c",
+                                                              "c1_en_de", "c1_en_de_c2c"]
+    models = ex.shown_models(config)
+    assert models["en"] == [1, 2, 3] and models["t_fr"] == [1, 2] and models["c1_en"] == [1, 2]
+    logs = ex.training_curves_spec(config)["logs"]
+    assert set(logs["t_fr"]) == {"1", "2"} and set(logs["en"]) == {"1", "2", "3"}
+    assert set(ex.method_check_spec(config)["runs"]["t_cs"]) == {"1", "2"}

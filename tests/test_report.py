@@ -221,6 +221,21 @@ def tiny_report_config() -> dict:
                              "paper": {"en2de": 90.0, "de2en": 90.1}},
                             {"label": "De + COCO", "experiment": "de_coco", "paper": {"en2de": 73.4, "de2en": 70.7}}]},
     }
+    # paper 004's tables (their own columns, per-language rows, French and Czech tested on the
+    # translation portion, Figure 3 drawn as bars) on the same two models, at the run's one seed
+    lessons = {"seeds": [1]}
+    config["tables"].update({
+        "table_lessons2": {**lessons, "rows": [{"label": "En+De+COCO+c2c", "experiment": "en_de_coco_c2c"}]},
+        "table_lessons3": {**lessons, "rows": [{"label": "De + COCO", "experiment": "de_coco"}]},
+        "table_lessons4": {**lessons, "rows": [{"label": "per language", "paper": {"en": [56.3, 40.1]},
+                                                "experiments": {"en": "en_de_coco_c2c", "de": "de_coco"}}]},
+        "table_lessons5": {**lessons, "rows": [{"label": "De + COCO", "experiment": "de_coco"}]},
+        "table_lessons6": {**lessons, "rows": [{"label": "En+De+COCO+c2c", "experiment": "en_de_coco_c2c"}]},
+        "table_lessons7": {**lessons, "rows": [{"label": "De + COCO", "experiment": "de_coco",
+                                                "paper": {"fr": [47.0], "cs": [42.0]}}]},
+        "table_lessons_fig3": {**lessons, "rows": [{"label": "per language",
+                                                    "experiments": {"en": "en_de_coco_c2c", "de": "de_coco"}}]},
+    })
     # each chain of iterated bootstrapping cut to one round (its table is a page like the others)
     config["rounds"] = {chain: {"rounds": 1} for chain in ("de_coco", "en_de_coco_c2c")}
     config["method_check"] = {"min_t": 2, "pseudopairs": [],
@@ -244,7 +259,14 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     pages = sorted(p.name for p in (tmp_path / "results" / "html").iterdir())
     assert pages == ["all_results.html", "method_check.html", "pseudopair_stats.html",
                      *(f"table{k}.html" for k in range(1, 8)),
+                     *(f"table_lessons{k}.html" for k in range(2, 8)), "table_lessons_fig3.html",
                      "table_rounds_de_coco.html", "table_rounds_en_de_coco_c2c.html"]
+    assert (tmp_path / "results" / "figures" / "table_lessons_fig3.png").is_file()
+    metrics = json.loads((tmp_path / "results/models/de_coco/seed1/metrics.json").read_text())
+    lessons7 = pd.read_csv(tmp_path / "results" / "table_lessons7.csv")     # the translation portion
+    assert lessons7.loc[0, "cs_t2i_r10_mean"] == pytest.approx(metrics["portion_retrieval"]["cs"]["t2i_r10"])
+    lessons4 = pd.read_csv(tmp_path / "results" / "table_lessons4.csv")     # the comparable test
+    assert lessons4.loc[0, "de_i2t_r10_mean"] == pytest.approx(metrics["retrieval"]["de"]["i2t_r10"])
     report = tmp_path / "results" / "report.html"
     run = run_snakemake(tmp_path, "--report", str(report), "--configfile", str(config_path))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -253,11 +275,13 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert start.categories == {"Tables", "Pseudopairs", "Training"} and "Start here" in start.menu_text
     shot = tmp_path / "all_results.png"
     view = browser.view_report(report, "results/html/all_results.html", screenshot=shot)
-    # 7 tables and 2 of rounds, the method check, the §7.2 sets and their comparison
-    assert view.frame_tables == 9 + 1 + 2, view.frame_text[:3000]
-    assert view.frame_images == 9 + 2  # a chart per table, the training curves, Figure 1
+    # 7 tables, 7 of paper 004 and 2 of rounds, the method check, the §7.2 sets and their comparison
+    assert view.frame_tables == 16 + 1 + 2, view.frame_text[:3000]
+    # a chart per table, the training curves, Figure 1, 004's Figure 3 as bars
+    assert view.frame_images == 16 + 3
     for text in ("Table 1: English M30K test 2016", "Table 7: translation retrieval", "Method check",
-                 "§7.2", "Training curves", "Figure 1", "+ pseudo CSLS †", "DPCCA", "82.6", "De + COCO"):
+                 "§7.2", "Training curves", "Figure 1", "+ pseudo CSLS †", "DPCCA", "82.6", "De + COCO",
+                 "004 Table 7: high-to-low resource transfer", "004 Figure 3", "T→I R@10"):
         assert text in view.frame_text, text
     assert browser.non_blank(shot, region=(0.3, 0.0, 1.0, 1.0)), f"the report's frame is blank: {shot}"
     table = browser.view_report(report, "results/html/table4.html")

@@ -133,3 +133,106 @@ def test_retrieval_tables_have_a_mean_recall_column_per_language():
     assert "|  | en I→T R@1 | en T→I R@1 | en Sum | en mR | de I→T R@1 | de T→I R@1 | de Sum | de mR | n |" in text
     assert "| A | 12.0 ± 2.8 [1.0] | 20.0 ± 0.0 [2.0] | 150.0 ± 42.4 [3.0] | 25.0 ± 7.1 [0.5] |" in text
     assert "| ref only | – | – | – | – | – [4.0] | – [5.0] | – [6.0] | – [1.0] | 0 |" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper 004's layouts: a table's own columns, per-language rows, the translation-portion test set
+
+
+def full(i2t: tuple, t2i: tuple) -> dict:
+    """A metrics.json retrieval entry with every recall (R@1, R@5, R@10 per direction)."""
+    out = {f"i2t_r{k}": v for k, v in zip((1, 5, 10), i2t)} | {f"t2i_r{k}": v for k, v in zip((1, 5, 10), t2i)}
+    out["rsum"] = sum(i2t) + sum(t2i)
+    out["mean_recall"] = out["rsum"] / 6
+    return out
+
+
+def test_r10_columns_and_per_language_rows():
+    """Table 4's layout: R@10 of both directions per language; the Monolingual row takes its En
+    columns from the En model and its De columns from the De model."""
+    spec = {"title": "T4", "kind": "retrieval", "langs": ["en", "de"], "columns": ["i2t_r10", "t2i_r10"],
+            "rows": [{"label": "Mono", "experiments": {"en": "m_en", "de": "m_de"},
+                      "paper": {"en": [56.3, 40.1], "de": [39.5, 20.9]}},
+                     {"label": "Bi", "experiment": "bi", "paper": {"en": [67.4, 55.1]}}]}
+    en_only = [{"retrieval": {"en": full((10, 20, 60), (5, 15, 40))}},
+               {"retrieval": {"en": full((10, 20, 70), (5, 15, 50))}}]
+    de_only = [{"retrieval": {"de": full((1, 2, 30), (1, 2, 20))}},
+               {"retrieval": {"de": full((1, 2, 34), (1, 2, 22))}}]
+    bi = [{"retrieval": {"en": full((9, 9, 80), (9, 9, 70)), "de": full((8, 8, 50), (8, 8, 40))}}] * 2
+    frame = tables.retrieval_table(spec, {"m_en": en_only, "m_de": de_only, "bi": bi})
+    mono, row = frame.iloc[0], frame.iloc[1]
+    assert mono["experiment"] == "en: m_en, de: m_de" and mono["n"] == 2
+    assert mono["en_i2t_r10_mean"] == 65.0 and mono["en_t2i_r10_mean"] == 45.0
+    assert mono["de_i2t_r10_mean"] == 32.0 and mono["de_t2i_r10_mean"] == 21.0
+    assert mono["en_mean_recall_mean"] == pytest.approx((10 + 20 + 65 + 5 + 15 + 45) / 6)
+    assert (mono["paper_en_i2t_r10"], mono["paper_en_t2i_r10"], mono["paper_de_t2i_r10"]) == (56.3, 40.1, 20.9)
+    assert math.isnan(mono["paper_en_mean_recall"])          # R@10 alone gives no mean recall
+    assert row["en_i2t_r10_mean"] == 80.0 and math.isnan(row["paper_de_i2t_r10"])
+    assert "en_i2t_r1_mean" not in frame.columns and "en_rsum_mean" not in frame.columns
+    text = tables.markdown_table("t4", spec, frame)
+    assert "|  | en I→T R@10 | en T→I R@10 | en mR | de I→T R@10 | de T→I R@10 | de mR | n |" in text
+    assert "| Mono | 65.0 ± 7.1 [56.3] | 45.0 ± 7.1 [40.1] |" in text
+    # a language whose model has fewer seeds: n is the smaller count
+    short = tables.retrieval_table(spec, {"m_en": en_only, "m_de": de_only[:1], "bi": bi})
+    assert short.iloc[0]["n"] == 1
+
+
+def test_six_recall_columns_give_the_papers_mean_recall():
+    """Tables 2-3: the six recalls as printed; the paper's mR is their mean."""
+    spec = {"title": "T2", "kind": "retrieval", "langs": ["en"],
+            "columns": ["i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"],
+            "rows": [{"label": "Monolingual", "experiment": "en",
+                      "paper": {"en": [42.4, 69.9, 79.8, 30.5, 57.8, 67.9]}}]}
+    frame = tables.retrieval_table(spec, {"en": [{"retrieval": {"en": full((40, 70, 80), (30, 60, 70))}}]})
+    row = frame.iloc[0]
+    assert row["paper_en_i2t_r5"] == 69.9 and row["paper_en_t2i_r10"] == 67.9
+    assert row["paper_en_mean_recall"] == pytest.approx((42.4 + 69.9 + 79.8 + 30.5 + 57.8 + 67.9) / 6)
+    assert row["en_t2i_r5_mean"] == 60.0 and row["en_mean_recall_mean"] == pytest.approx(350 / 6)
+    assert math.isnan(row["en_t2i_r5_std"])                  # one seed
+
+
+def test_translation_portion_tables_read_portion_retrieval():
+    """Tables 6-7 read the translation corpus' test results (``portion_retrieval``), not the
+    evaluation corpus' (``retrieval``) of the same model."""
+    spec = {"title": "T7", "kind": "retrieval", "langs": ["fr"], "columns": ["t2i_r10"],
+            "retrieval_key": "portion_retrieval",
+            "rows": [{"label": "Multilingual", "experiment": "m", "paper": {"fr": [56.3]}}]}
+    runs = [{"retrieval": {"en": full((1, 1, 1), (1, 1, 1))},
+             "portion_retrieval": {"fr": full((5, 10, 20), (6, 12, 50))}}]
+    frame = tables.retrieval_table(spec, {"m": runs})
+    assert frame.iloc[0]["fr_t2i_r10_mean"] == 50.0 and frame.iloc[0]["paper_fr_t2i_r10"] == 56.3
+    with pytest.raises(KeyError):
+        tables.retrieval_table({**spec, "retrieval_key": "retrieval"}, {"m": runs})
+
+
+def test_load_metrics_reads_every_experiment_of_per_language_rows(tmp_path):
+    paths = {}
+    for name, value in (("a", 10.0), ("b", 20.0)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"retrieval": {"en": full((value, value, value), (1, 1, 1)),
+                                                  "de": full((value, value, value), (1, 1, 1))}}))
+        paths[name] = {"1": str(path)}
+    spec = {"title": "T", "kind": "retrieval", "langs": ["en", "de"], "columns": ["i2t_r1"],
+            "rows": [{"label": "Mono", "experiments": {"en": "a", "de": "b"}}], "metrics": paths}
+    frame = tables.build_table(spec)
+    assert (frame.loc[0, "en_i2t_r1_mean"], frame.loc[0, "de_i2t_r1_mean"]) == (10.0, 20.0)
+    with pytest.raises(ValueError, match="no metrics files given for experiment 'b'"):
+        tables.build_table({**spec, "metrics": {"a": paths["a"]}})
+
+
+def test_table_figure_draws_every_row(tmp_path):
+    """Figure 3 as bars: a PNG with one panel per language; a non-retrieval table is refused."""
+    from PIL import Image
+
+    from pseudopairs.report.figures import table_figure
+
+    spec = {"title": "Figure 3", "kind": "retrieval", "langs": ["en", "de"], "columns": ["i2t_r10", "t2i_r10"],
+            "rows": [{"label": "Mono", "experiments": {"en": "a", "de": "b"}}, {"label": "Multi", "experiment": "c"}]}
+    runs = [{"retrieval": {lang: full((1, 2, v), (1, 2, v - 5)) for lang in ("en", "de")}} for v in (40, 44)]
+    frame = tables.retrieval_table(spec, {"a": runs, "b": runs, "c": runs[:1]})
+    path = tmp_path / "fig3.png"
+    table_figure(spec, frame, path)
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] > image.size[1] > 100
+    with pytest.raises(ValueError, match="not a retrieval table"):
+        table_figure({**spec, "kind": "translation"}, frame, tmp_path / "x.png")

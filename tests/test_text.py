@@ -329,6 +329,33 @@ def test_prepare_text_matches_upstream_release_sizes(tmp_path, multi30k_root, en
         assert len(text.split()) == entry["words"], entry["upstream_file"]
 
 
+FRCS_RELEASE = json.loads((DATA / "multi30k_upstream_frcs_sha256.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("entry", [e for e in FRCS_RELEASE["files"] if FULL_MULTI30K or e["lines"] <= 1014],
+                         ids=lambda e: e["raw_file"])
+def test_french_and_czech_preparation_is_line_exact_against_the_upstream_release(tmp_path, multi30k_root, entry):
+    """Paper 004's French and Czech (Multi30K task1): ``pseudopairs prepare-text`` on the shared
+    raw file gives the upstream tokenised file byte for byte (its SHA-256 recorded from the
+    release at the pinned commit), and so does the workflow's path, read-multi30k then
+    prepare-captions, line by line in image order."""
+    import hashlib
+
+    from pseudopairs.data.readers import read_multi30k_task1
+
+    out = tmp_path / "out.txt"
+    run_cli("prepare-text", "--lang", entry["lang"], str(multi30k_root / entry["raw_file"]), str(out))
+    data = out.read_bytes()
+    assert data.count(b"\n") == entry["lines"]
+    assert hashlib.sha256(data).hexdigest() == entry["sha256"], entry["upstream_file"]
+    split = Path(entry["raw_file"]).name.split(".")[0]
+    table, names = read_multi30k_task1(multi30k_root, split, langs=[entry["lang"]])
+    prepared = T.prepare_captions(table)
+    assert len(prepared) == len(names) == entry["lines"]
+    text = "".join(line + "\n" for line in prepared["text"])
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == entry["sha256"], entry["upstream_file"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Files and the prepare-text CLI
 

@@ -682,3 +682,48 @@ def test_joint_with_warm_up_adds_the_caption_pairs_once_off_the_plateau(world, t
     assert start is not None and 10 <= start < 60
     assert not any(c2c_terms[:start])   # one c2i call per update until c2c went on ...
     assert any(c2c_terms[start:])       # ... then the caption–caption pairs join
+
+
+def test_a_language_of_the_translation_portion_validates_and_tests_on_its_own_table(world, tmp_path):
+    """Paper 004's French: validated on the translation portion's val table (``lang_captions``,
+    the same images), and tested there (``portion_langs`` → ``portion_retrieval`` in the
+    metrics) with the numbers the retrieval engine gives on those captions."""
+    from pseudopairs.data.vocab import Vocabulary
+    from pseudopairs.evaluation import retrieval_metrics
+    from pseudopairs.evaluation.step import evaluate_checkpoint
+    from pseudopairs.io import load_features, read_captions
+
+    spec, vocab_path = world
+    val = read_captions(spec["validation"]["captions"])
+    # a one-caption-per-image table in en, de and "fr" (German words: in the vocabulary)
+    task1 = val[val["caption_idx"] == 0].copy()
+    fr = val[(val["lang"] == "de") & (val["caption_idx"] == 1)].assign(lang="fr", caption_idx=0)
+    task1 = pd.concat([task1, fr], ignore_index=True)
+    task1_path = tmp_path / "task1_val.parquet"
+    task1.to_parquet(task1_path, index=False)
+    spec = {**spec, "validation": {**spec["validation"], "langs": ["en", "fr"],
+                                   "lang_captions": {"fr": str(task1_path)}}}
+    training.train(spec=spec, settings={**SETTINGS, "max_updates": 20}, out_dir=tmp_path / "m", seed=1)
+    model, meta = checkpoints.load_model(tmp_path / "m" / "checkpoint.pt")
+    assert set(meta["val_metrics"]) == {"en", "fr"}
+    ids, feats = load_features(spec["validation"]["features"])
+    images = encode.encode_image_features(model, feats)
+    row = {image: i for i, image in enumerate(ids)}
+    texts = encode.encode_captions_texts(model, Vocabulary.load(vocab_path), fr["text"].tolist())
+    expected = retrieval_metrics(image_embeddings=images, caption_embeddings=texts,
+                                 caption_image_index=np.array([row[i] for i in fr["image_id"]]))
+    assert meta["val_metrics"]["fr"]["rsum"] == pytest.approx(expected["rsum"])
+    assert expected["rsum"] != pytest.approx(meta["val_metrics"]["en"]["rsum"])
+    evaluation = {"captions": spec["validation"]["captions"], "features": spec["validation"]["features"],
+                  "langs": ["en"], "translation_captions": str(task1_path), "translation_langs": ["en", "de"]}
+    plain = evaluate_checkpoint(checkpoint=str(tmp_path / "m" / "checkpoint.pt"), vocab_path=vocab_path,
+                                spec=evaluation)
+    assert "portion_retrieval" not in plain and set(plain["retrieval"]) == {"en"}
+    result = evaluate_checkpoint(checkpoint=str(tmp_path / "m" / "checkpoint.pt"), vocab_path=vocab_path,
+                                 spec={**evaluation, "portion_captions": str(task1_path),
+                                       "portion_langs": ["en", "fr"]})
+    assert result["retrieval"] == plain["retrieval"] and result["sum_sum"] == plain["sum_sum"]
+    assert set(result["portion_retrieval"]) == {"en", "fr"}
+    assert result["portion_retrieval"]["fr"] == pytest.approx(expected)
+    # English of the portion: one caption per image, not the five of the comparable table
+    assert result["portion_retrieval"]["en"] != pytest.approx(result["retrieval"]["en"])

@@ -101,6 +101,61 @@ def test_paper_translation_downloads_and_converts_the_published_model(tmp_path):
     assert fetch.returncode == 0 and job_counts(fetch.stdout)["download_translation_model"] == 1
 
 
+LESSONS = [f"results/table_lessons{k}.csv" for k in range(2, 8)] + ["results/figures/table_lessons_fig3.png"]
+
+
+def test_paper_004_tables_dag(tmp_path):
+    """Paper 004's Tables 2-7 and Figure 3 on the demo: 27 new experiments plus 4 of paper 000's
+    (En, De, En+De, En+De+c2c) at the tables' two seeds; five selection data sets; the translation
+    portion prepared for training and validation; French and Czech validated and tested on it."""
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "2", *LESSONS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["train"] == counts["evaluate"] == (27 + 4) * 2
+    assert counts["select_captions"] == 5 and counts["table"] == 7 and counts["table_figure"] == 1
+    assert counts["prepare_captions"] == 6          # m30k and m30k_task1: train, val, test
+    assert counts["features"] == 3                  # the translation portion uses the m30k features
+    assert "mine" not in counts and "translate" not in counts
+    assert "seed3" not in result.stdout             # the 004 tables' seeds: [1, 2]
+    blocks = re.split(r"\n(?=[ ]*(?:local)?rule \w+:\n)", result.stdout)
+
+    def block(rule, wildcards):
+        (found,) = [b for b in blocks if f"rule {rule}:" in b and wildcards in b]
+        return found
+
+    t_fr = block("train", "experiment=t_fr, seed=2")
+    assert "results/captions/m30k_task1/train.parquet" in t_fr and "results/features/m30k/train.npz" in t_fr
+    assert '"lang_captions":{"fr":"results/captions/m30k_task1/val.parquet"}' in t_fr
+    assert '"similarity":"order"' in block("train", "experiment=de_oe, seed=1")
+    assert '"objective":"joint"' in block("train", "experiment=t_multi_joint, seed=1")
+    disjoint = block("train", "experiment=disjoint_en_de, seed=1")
+    assert "results/captions/selected/m30k.en-half0/train.parquet" in disjoint
+    assert "results/captions/selected/m30k.de-half1/train.parquet" in disjoint
+    assert '"portion_langs":["en","de","fr","cs"]' in block("evaluate", "experiment=t_multi, seed=1")
+    assert "portion_langs" not in block("evaluate", "experiment=c1_en_de_c2c, seed=1")   # Table 4, Fig. 3
+    assert '"retrieval_key":"portion_retrieval"' in block("table", "table=table_lessons7")
+    select = block("select_captions", "dataset=m30k.en-1cap")
+    assert '--select \'{"captions_per_image":1,"seed":0}\'' in select
+
+
+def test_paper_004_tables_dag_in_the_real_configuration(tmp_path):
+    """config/paper.yaml: 004's tables average over ten seeds (as 004 does); French and Czech
+    come from Multi30K task 1 (train, val, test 2016)."""
+    flickr = tmp_path / "flickr30k"
+    flickr.mkdir()
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
+    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "8", *LESSONS,
+                           "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["train"] == counts["evaluate"] == (27 + 4) * 10
+    assert counts["read_multi30k_task1"] == 3 and counts["select_captions"] == 5
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("fr", "cs"):
+            assert f"task1/raw/{split}.{lang}.gz" in result.stdout
+
+
 def test_pseudopair_statistics_and_figure_dag(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/pseudopair_stats.csv",
                            "results/figures/pseudopair_examples.png")
@@ -119,8 +174,8 @@ def test_paper_data_targets_dry_run_without_data(tmp_path):
                            "-n", "-p", "--cores", "8", "--configfile", str(REPO / "config" / "paper.yaml"))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    # task2 train: 5 captions x 2 languages + image split; task1 test: 2 languages + image split
-    assert counts["download_multi30k"] == 11 + 3
+    # task2 train: 5 captions x 2 languages + image split; task1 test: 4 languages + image split
+    assert counts["download_multi30k"] == 11 + 5
     assert counts["read_multi30k_task2"] == 1 and counts["read_multi30k_task1"] == 1
     assert counts["download_karpathy"] == 1 and counts["read_coco"] == 1
     assert "world" not in counts
@@ -136,7 +191,7 @@ def test_paper_truecase_adds_truecaser_jobs(tmp_path):
     result = run_snakemake(tmp_path, "results/captions/m30k/train.parquet", "-n", "--cores", "2",
                            "--configfile", str(path))
     assert result.returncode == 0, result.stderr
-    assert job_counts(result.stdout)["train_truecaser"] == 2  # en, de
+    assert job_counts(result.stdout)["train_truecaser"] == 4  # en, de, fr, cs (paper 004)
 
 
 def test_paper_multi30k_from_local_mirror_dry_run(tmp_path, multi30k_root):

@@ -290,7 +290,9 @@ def _reference_errors(config: dict) -> list[str]:
                     messages.append(f"config key 'experiments.{name}.c2c.{i}.{j}': unknown data set {ds!r}")
             if all(ds in datasets for ds in pair):
                 a, b = (datasets[ds] for ds in pair)
-                if a["corpus"] != b["corpus"] or a["lang"] == b["lang"]:
+                # same images: the corpus of each side's images (a translation portion's
+                # captions describe its comparable corpus' images: `images:`)
+                if a.get("images", a["corpus"]) != b.get("images", b["corpus"]) or a["lang"] == b["lang"]:
                     messages.append(f"config key 'experiments.{name}.c2c.{i}': a c2c pair needs two "
                                     f"languages over the same images, got {pair}")
         if "finetune" in exp and exp["finetune"] not in experiments:
@@ -302,17 +304,87 @@ def _reference_errors(config: dict) -> list[str]:
                 messages.append(f"config key 'experiments.{name}': dependency cycle {' -> '.join(path)} "
                                 "(through finetune or the source of a pseudopair set)")
     messages += _method_check_errors(config)
-    for table, spec in config.get("tables", {}).items():
-        if spec.get("kind") == "retrieval" and "langs" not in spec:
-            messages.append(f"config key 'tables.{table}.langs': required for a retrieval table")
-        for i, row in enumerate(spec.get("rows", [])):
-            if "experiment" in row and row["experiment"] not in experiments:
-                messages.append(f"config key 'tables.{table}.rows.{i}.experiment': unknown experiment {row['experiment']!r}")
+    messages += _table_errors(config)
+    if not messages:
+        messages += _validation_language_errors(config)
     evaluation = config.get("evaluation", {})
     for i, lang in enumerate(evaluation.get("langs", [])):
         if not any(d["lang"] == lang and d["corpus"] == evaluation.get("corpus") for d in datasets.values()):
             messages.append(f"config key 'evaluation.langs.{i}': no data set of corpus "
                             f"{evaluation.get('corpus')!r} has language {lang!r}")
+    return messages
+
+
+def _table_errors(config: dict) -> list[str]:
+    """Rows name known experiments (one, or one per language of the table); the published
+    numbers of a language are as many as the table's columns; a table's test corpus is the
+    evaluation corpus (its languages tested by every model: ``evaluation.langs``) or the
+    translation corpus (languages some data set of it has)."""
+    from pseudopairs.report.tables import RETRIEVAL_COLUMNS
+
+    messages = []
+    experiments = config.get("experiments", {})
+    evaluation = config.get("evaluation", {})
+    datasets = config.get("datasets", {})
+    for table, spec in config.get("tables", {}).items():
+        where = f"config key 'tables.{table}"
+        langs = spec.get("langs", [])
+        retrieval = spec.get("kind") == "retrieval"
+        if retrieval and "langs" not in spec:
+            messages.append(f"{where}.langs': required for a retrieval table")
+        for key in ("columns", "test_corpus"):
+            if key in spec and not retrieval:
+                messages.append(f"{where}.{key}': only retrieval tables have it")
+        columns = list(spec.get("columns") or RETRIEVAL_COLUMNS)
+        test = spec.get("test_corpus") or evaluation.get("corpus")
+        if retrieval and test == evaluation.get("corpus"):
+            tested = evaluation.get("langs", [])
+        elif retrieval and test == evaluation.get("translation_corpus"):
+            tested = sorted({d["lang"] for d in datasets.values() if d["corpus"] == test})
+        else:
+            tested = langs
+            if retrieval:
+                messages.append(f"{where}.test_corpus': {test!r} is neither the evaluation corpus "
+                                f"{evaluation.get('corpus')!r} nor the translation corpus "
+                                f"{evaluation.get('translation_corpus')!r}")
+        for i, lang in enumerate(langs):
+            if lang not in tested:
+                messages.append(f"{where}.langs.{i}': models are not tested in {lang!r} on corpus "
+                                f"{test!r} (languages there: {', '.join(tested) or 'none'})")
+        for i, row in enumerate(spec.get("rows", [])):
+            at = f"{where}.rows.{i}"
+            if "experiment" in row and "experiments" in row:
+                messages.append(f"{at}': give experiment or per-language experiments, not both")
+            if "experiment" in row and row["experiment"] not in experiments:
+                messages.append(f"{at}.experiment': unknown experiment {row['experiment']!r}")
+            for lang, name in row.get("experiments", {}).items():
+                if lang not in langs:
+                    messages.append(f"{at}.experiments.{lang}': the table has no language {lang!r}")
+                if name not in experiments:
+                    messages.append(f"{at}.experiments.{lang}': unknown experiment {name!r}")
+            if "experiments" in row and not retrieval:
+                messages.append(f"{at}.experiments': per-language rows are for retrieval tables")
+            for lang, values in row.get("paper", {}).items():
+                if not retrieval or not isinstance(values, list) or lang not in langs:
+                    continue   # numbers of a language the table does not show are not shown
+                if len(values) != len(columns):
+                    messages.append(f"{at}.paper.{lang}': {len(values)} numbers for the table's "
+                                    f"{len(columns)} columns {columns}")
+    return messages
+
+
+def _validation_language_errors(config: dict) -> list[str]:
+    """Every training language of every experiment has validation captions (the evaluation
+    corpus, else the translation corpus)."""
+    from pseudopairs.experiments import training_langs, validation_corpus
+
+    messages = []
+    for name in config.get("experiments", {}):
+        for lang in training_langs(config, name):
+            try:
+                validation_corpus(config, lang)
+            except ValueError as err:
+                messages.append(f"config key 'experiments.{name}': {err}")
     return messages
 
 

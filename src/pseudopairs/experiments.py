@@ -149,11 +149,43 @@ def training_settings(config: dict, name: str) -> dict[str, Any]:
     return {**config["training"], **experiment(config, name).get("training", {}), **config["model"]}
 
 
+def corpus_langs(config: dict, corpus: str) -> set[str]:
+    """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them)."""
+    return {ds["lang"] for ds in config["datasets"].values() if ds["corpus"] == corpus}
+
+
+def validation_corpus(config: dict, lang: str) -> str:
+    """Where captions of ``lang`` are validated (and tested): the evaluation corpus when it has the
+    language, else the translation corpus (paper 004's French and Czech exist in Multi30K's
+    translation portion only; its images are the evaluation corpus' images)."""
+    evaluation = config["evaluation"]
+    if lang in corpus_langs(config, evaluation["corpus"]):
+        return evaluation["corpus"]
+    if lang in corpus_langs(config, evaluation["translation_corpus"]):
+        return evaluation["translation_corpus"]
+    raise ValueError(f"no validation captions in language {lang!r}: no data set of corpus "
+                     f"{evaluation['corpus']!r} or {evaluation['translation_corpus']!r} has it")
+
+
+def validation_spec(config: dict, name: str) -> dict[str, Any]:
+    """The validation split every training language is scored on (early stopping): the
+    evaluation corpus' ``val`` split; ``lang_captions`` names the caption table of each language
+    the evaluation corpus lacks (the translation corpus' ``val`` split, same images)."""
+    evaluation = config["evaluation"]
+    langs = training_langs(config, name)
+    spec = {"captions": layout.captions(evaluation["corpus"], "val"),
+            "features": layout.features(evaluation["corpus"], "val", feature_format(config)),
+            "langs": langs}
+    other = {lang: layout.captions(corpus, "val") for lang in langs
+             if (corpus := validation_corpus(config, lang)) != evaluation["corpus"]}
+    if other:   # only then: the spec (a job parameter) of every other experiment stays as it was
+        spec["lang_captions"] = other
+    return spec
+
+
 def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     """The resolved training inputs of experiment ``name`` for one seed."""
     exp = experiment(config, name)
-    evaluation = config["evaluation"]
-    fmt = feature_format(config)
     finetune = exp.get("finetune")
     return {
         "experiment": name,
@@ -163,11 +195,7 @@ def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
              "b": dataset_files(config, pair[1], seed=seed)}
             for pair in exp.get("c2c", [])
         ],
-        "validation": {
-            "captions": layout.captions(evaluation["corpus"], "val"),
-            "features": layout.features(evaluation["corpus"], "val", fmt),
-            "langs": training_langs(config, name),
-        },
+        "validation": validation_spec(config, name),
         "vocab": vocabulary_spec(config, name, seed),
         "init_from": layout.checkpoint(finetune, seed) if finetune else None,
     }
@@ -180,6 +208,7 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
     for ds in spec["c2i"] + [side for pair in spec["c2c"] for side in (pair["a"], pair["b"])]:
         files.update((ds["captions"], ds["features"]))
     files.update((spec["validation"]["captions"], spec["validation"]["features"]))
+    files.update(spec["validation"].get("lang_captions", {}).values())
     if spec["init_from"]:
         files.add(spec["init_from"])
     if "path" in spec["vocab"]:
@@ -187,8 +216,25 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
     return sorted(files)
 
 
-def evaluation_spec(config: dict) -> dict[str, Any]:
-    """Test data every trained model is evaluated on (image–sentence and translation retrieval)."""
+def portion_langs(config: dict, name: str | None = None) -> list[str]:
+    """Languages image–sentence retrieval is also tested in on the translation corpus' test split
+    (one caption per image): ``evaluation.portion_langs`` for every model, plus, for experiment
+    ``name``, the languages of every table that shows it with ``test_corpus`` = the translation
+    corpus (paper 004's Tables 6 and 7)."""
+    evaluation = config["evaluation"]
+    langs = list(evaluation.get("portion_langs", []))
+    if name is not None:
+        for table in config.get("tables", {}):
+            if table_test_corpus(config, table) == evaluation["translation_corpus"] and \
+                    name in table_experiments(config, table):
+                langs += config["tables"][table].get("langs", [])
+    return list(dict.fromkeys(langs))
+
+
+def evaluation_spec(config: dict, name: str | None = None) -> dict[str, Any]:
+    """Test data a trained model (experiment ``name``) is evaluated on: image–sentence retrieval
+    on the evaluation corpus in ``evaluation.langs`` (every model), on the translation corpus in
+    :func:`portion_langs` (``portion_retrieval`` in metrics.json), translation retrieval."""
     evaluation = config["evaluation"]
     spec = {
         "captions": layout.captions(evaluation["corpus"], "test"),
@@ -197,14 +243,14 @@ def evaluation_spec(config: dict) -> dict[str, Any]:
         "translation_captions": layout.captions(evaluation["translation_corpus"], "test"),
         "translation_langs": list(evaluation["translation_langs"]),
     }
-    if evaluation.get("portion_langs"):
-        spec.update(portion_captions=spec["translation_captions"],
-                    portion_langs=list(evaluation["portion_langs"]))
+    portion = portion_langs(config, name)
+    if portion:   # only then: the spec (a job parameter) of every other model stays as it was
+        spec.update(portion_captions=spec["translation_captions"], portion_langs=portion)
     return spec
 
 
 def evaluation_inputs(config: dict, name: str, seed: int) -> list[str]:
-    spec = evaluation_spec(config)
+    spec = evaluation_spec(config, name)
     return [layout.checkpoint(name, seed), layout.model_vocabulary(name, seed), spec["captions"],
             spec["features"], spec["translation_captions"]]
 
@@ -327,25 +373,55 @@ def pseudopair_figure_inputs(config: dict) -> list[str]:
 # Tables and corpora
 
 
+def row_experiments(row: dict) -> list[str]:
+    """Every experiment a table row shows: its ``experiment``, or the values of its per-language
+    ``experiments`` (paper 004's monolingual rows: one model per language), or none."""
+    if "experiments" in row:
+        return list(dict.fromkeys(row["experiments"].values()))
+    return [row["experiment"]] if row.get("experiment") else []
+
+
 def table_experiments(config: dict, table: str) -> list[str]:
     rows = config["tables"][table]["rows"]
-    names: list[str] = []
-    for row in rows:
-        if "experiment" in row and row["experiment"] not in names:
-            names.append(row["experiment"])
-    return names
+    return list(dict.fromkeys(name for row in rows for name in row_experiments(row)))
+
+
+def table_seeds(config: dict, table: str) -> list[int]:
+    """The seeds a table averages over: its own ``seeds``, else the config's."""
+    return list(config["tables"][table].get("seeds") or config["seeds"])
+
+
+def table_test_corpus(config: dict, table: str) -> str:
+    """The corpus whose test split a retrieval table reports: its ``test_corpus``, else the
+    evaluation corpus."""
+    return config["tables"][table].get("test_corpus") or config["evaluation"]["corpus"]
 
 
 def table_spec(config: dict, table: str) -> dict[str, Any]:
-    """The ``table`` step's input: the table's config entry and the ``metrics.json`` of every
-    experiment it shows, per seed (experiment -> seed -> path; the rule's inputs)."""
-    return {**config["tables"][table],
-            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
+    """The ``table`` step's input: the table's config entry, which test set of metrics.json it
+    reads (``retrieval_key``) and the ``metrics.json`` of every experiment it shows, per seed of
+    the table (experiment -> seed -> path; the rule's inputs)."""
+    spec = {**config["tables"][table],
+            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in table_seeds(config, table)}
                         for name in table_experiments(config, table)}}
+    if table_test_corpus(config, table) != config["evaluation"]["corpus"]:
+        spec["retrieval_key"] = "portion_retrieval"
+    return spec
 
 
 def table_inputs(config: dict, table: str) -> list[str]:
     return [path for by_seed in table_spec(config, table)["metrics"].values() for path in by_seed.values()]
+
+
+def shown_models(config: dict) -> dict[str, list[int]]:
+    """Every experiment any table shows, with the seeds those tables average over (a table's own
+    ``seeds``, else the config's; the union where tables differ)."""
+    models: dict[str, list[int]] = {}
+    for table in config.get("tables", {}):
+        for name in table_experiments(config, table):
+            seeds = models.setdefault(name, [])
+            seeds += [seed for seed in table_seeds(config, table) if seed not in seeds]
+    return models
 
 
 def uses_pseudopairs(config: dict, name: str) -> bool:
@@ -370,14 +446,13 @@ def method_check_spec(config: dict) -> dict[str, Any]:
         names += [entry["source"], entry["control"], *entry["rows"]]
     names = list(dict.fromkeys(names))
     tables = sorted({e["table"] for e in section.get("effects", [])} | {e["table"] for e in pseudopairs})
-    every = list(dict.fromkeys(n for table in config["tables"] for n in table_experiments(config, table)))
     return {"min_t": section.get("min_t", 2.0), "effects": list(section.get("effects", [])),
             "pseudopairs": pseudopairs, "tables": {t: config["tables"][t] for t in tables},
             "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
                         for name in names},
             # every run of every table: how its training ended (training_runs.csv)
-            "runs": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
-                     for name in every}}
+            "runs": {name: {str(seed): layout.metrics(name, seed) for seed in seeds}
+                     for name, seeds in shown_models(config).items()}}
 
 
 def method_check_inputs(config: dict) -> list[str]:
@@ -389,10 +464,9 @@ def method_check_inputs(config: dict) -> list[str]:
 def training_curves_spec(config: dict) -> dict[str, Any]:
     """The ``training-curves`` step's input: the tables and the training log of every experiment
     any table shows, per seed (experiment -> seed -> path; the rule's inputs)."""
-    names = list(dict.fromkeys(n for table in config["tables"] for n in table_experiments(config, table)))
     return {"tables": config["tables"],
-            "logs": {name: {str(seed): layout.train_log(name, seed) for seed in config["seeds"]}
-                     for name in names}}
+            "logs": {name: {str(seed): layout.train_log(name, seed) for seed in seeds}
+                     for name, seeds in shown_models(config).items()}}
 
 
 def training_logs(config: dict) -> list[str]:

@@ -99,6 +99,11 @@ def training_curves() -> str:
     return f"{RESULTS}/figures/training_curves.png"
 
 
+def table_figure(table: str) -> str:
+    """A table drawn as bars (tables with ``figure: true``, e.g. paper 004's Figure 3)."""
+    return f"{RESULTS}/figures/{table}.png"
+
+
 def rounds_summary(chain: str) -> str:
     """Iterated bootstrapping: one row per round of chain ``chain`` (:mod:`pseudopairs.report.rounds`)."""
     return f"{RESULTS}/rounds_{chain}.csv"

@@ -112,6 +112,13 @@ def all_tables():
     return [layout.table(name) for name in config["tables"]]
 
 
+def table_figures():
+    """The tables drawn as bars too (`figure: true`; rule all and the results page)."""
+    return [
+        layout.table_figure(name) for name, spec in config["tables"].items() if spec.get("figure")
+    ]
+
+
 def pseudopair_outputs():
     """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
     outputs = []
@@ -148,8 +155,8 @@ def evaluation_inputs(wildcards):
     return ex.evaluation_inputs(config, wildcards.experiment, int(wildcards.seed))
 
 
-def evaluation_spec():
-    return as_json(ex.evaluation_spec(config))
+def evaluation_spec(wildcards):
+    return as_json(ex.evaluation_spec(config, wildcards.experiment))
 
 
 def mining_inputs(wildcards):
@@ -550,10 +557,15 @@ def report_table_specs(wildcards):
 
 
 def report_figures():
-    """(caption, path) of the figures on the results page: training curves, Figure 1."""
+    """(caption, path) of the figures on the results page: training curves, Figure 1, the tables
+    drawn as bars."""
     figures = [(pages.TRAINING_CURVES_CAPTION, layout.training_curves())]
     if config.get("pseudopair_stats", {}).get("figure"):
         figures.append((pages.FIGURE1_CAPTION, layout.pseudopair_figure("png")))
+    for name, spec in config["tables"].items():
+        if spec.get("figure"):  # "heading — caption"
+            caption = "bars: ours (mean ± sd over seeds), the paper's number as a tick where known"
+            figures.append((f"{spec['title']} — {caption}", layout.table_figure(name)))
     return figures
 
 

@@ -4,6 +4,7 @@
 # Seconds of work each: run where Snakemake runs, never submitted to a cluster.
 localrules:
     table,
+    table_figure,
     tables_markdown,
     training_curves,
 
@@ -30,6 +31,32 @@ rule table:
         spec=table_spec,
     shell:
         "python -m pseudopairs table --name {wildcards.table:q} --spec {params.spec:q} "
+        "--output {output:q} > {log:q} 2>&1"
+
+
+# A table drawn as grouped bars (tables with `figure: true`: paper 004's Figure 3).
+rule table_figure:
+    input:
+        layout.table("{table}"),
+    output:
+        report(
+            layout.table_figure("{table}"),
+            caption="../report/table_figure.rst",
+            category="Tables",
+            labels={"figure": "{table}"},
+        ),
+    log:
+        layout.log("table_figure", "{table}"),
+    benchmark:
+        layout.benchmark("table_figure", "{table}")
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("table_figure"),
+    params:
+        spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
+    shell:
+        "python -m pseudopairs table-figure --spec {params.spec:q} --table {input:q} "
         "--output {output:q} > {log:q} 2>&1"
 
 

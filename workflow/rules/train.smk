@@ -48,7 +48,7 @@ rule evaluate:
     resources:
         **job_resources("evaluate", gpu=True, placed_with="train"),
     params:
-        spec=evaluation_spec(),
+        spec=evaluation_spec,
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
         vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
         device=config["training"]["device"],

@@ -1,6 +1,7 @@
 """The ``evaluate`` step — ``metrics.json`` of a trained model: image–sentence retrieval on the
 evaluation corpus' test split for each language (paper §3.3; R@K, median rank, rsum and mean
-recall, ranked with the model's similarity) and translation retrieval on the parallel test pairs
+recall, ranked with the model's similarity; ``retrieval``), on the translation corpus' test split
+for the spec's ``portion_langs`` (``portion_retrieval``: paper 004's Tables 6 and 7) and translation retrieval on the parallel test pairs
 (paper §7.1, Table 7; ranked with the similarity between two captions: the cosine, also for an
 ``order`` model) — and two commands that score stored embeddings."""
 
@@ -63,24 +64,27 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     vocab = Vocabulary.load(vocab_path)
     image_ids, features = load_features(spec["features"])
     image_embeddings = encode_image_features(model, features)
-    retrieval = {}
     tables = {spec["captions"]: read_captions(spec["captions"])}
-    # languages tested on the translation portion's test split (one caption per image, e.g. 004's
-    # French and Czech), over the same test images
+    # languages also tested on the translation portion's test split (one caption per image, e.g.
+    # paper 004's Tables 6 and 7 in En, De, Fr and Cs), over the same test images
     portion = spec.get("portion_captions")
-    by_lang = [(lang, spec["captions"]) for lang in spec["langs"]]
-    by_lang += [(lang, portion) for lang in spec.get("portion_langs", [])]
     if spec.get("portion_langs"):
         tables[portion] = read_captions(portion)
-    for lang, source in by_lang:
-        texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
-                                    features=spec["features"])
-        caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
-        retrieval[lang] = retrieval_metrics(image_embeddings=image_embeddings,
-                                            caption_embeddings=caption_embeddings,
-                                            caption_image_index=index,
-                                            similarity=model.similarity)
-        log.info("%s: %s", lang, retrieval[lang])
+
+    def retrieval_on(source: str, langs) -> dict:
+        out = {}
+        for lang in langs:
+            texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
+                                        features=spec["features"])
+            caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
+            out[lang] = retrieval_metrics(image_embeddings=image_embeddings,
+                                          caption_embeddings=caption_embeddings,
+                                          caption_image_index=index, similarity=model.similarity)
+            log.info("%s (%s): %s", lang, source, out[lang])
+        return out
+
+    retrieval = retrieval_on(spec["captions"], spec["langs"])
+    portion_retrieval = retrieval_on(portion, spec.get("portion_langs", []))
     a, b = spec["translation_langs"]
     texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
                                       target_lang=b, source=spec["translation_captions"])
@@ -90,13 +94,16 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
         f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
         f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
     }
-    return {
+    result = {
         "retrieval": retrieval,
         "translation": translation,
         "sum_sum": sum(retrieval[lang]["rsum"] for lang in spec["langs"]),
         # how training ended (updates run, stop_reason: early stopping or the max_updates guard)
         "checkpoint": {k: meta[k] for k in ("update", "val_score", "updates", "stop_reason") if k in meta},
     }
+    if spec.get("portion_langs"):
+        result["portion_retrieval"] = portion_retrieval
+    return result
 
 
 def _cli_evaluate(args: argparse.Namespace) -> None:

@@ -58,6 +58,10 @@ def check_spec(spec: dict) -> dict:
         raise ValueError("spec: validation must give captions and features")
     if not isinstance(val.get("langs"), list) or not val["langs"]:
         raise ValueError("spec: validation.langs must be a non-empty list of languages")
+    other = val.get("lang_captions", {})
+    if not isinstance(other, dict) or not all(isinstance(v, str) and v for v in other.values()):
+        raise ValueError("spec: validation.lang_captions must map languages to caption tables, "
+                         f"got {other!r}")
     if spec["init_from"] is not None and not isinstance(spec["init_from"], str):
         raise ValueError(f"spec: init_from must be a checkpoint path or null, got {spec['init_from']!r}")
     vocab = spec.get("vocab")
@@ -75,7 +79,8 @@ def file_stamp(path) -> list:
 
 
 def input_stamps(spec: dict) -> list:
-    paths = [spec["validation"]["captions"], spec["validation"]["features"]]
+    paths = [spec["validation"]["captions"], spec["validation"]["features"],
+             *spec["validation"].get("lang_captions", {}).values()]
     if "path" in spec["vocab"]:
         paths.append(spec["vocab"]["path"])
     for e in spec["c2i"]:
@@ -105,8 +110,11 @@ def load_data(spec: dict, vocab: Vocabulary):
     c2c = [C2CData(e["name"], caption_set(e["a"], e["a"]["name"]), caption_set(e["b"], e["b"]["name"]))
            for e in spec["c2c"]]
     val = spec["validation"]
-    val_sets = [caption_set({"captions": val["captions"], "features": val["features"], "lang": lang},
-                            f"validation.{lang}") for lang in val["langs"]]
+    # a language the validation table lacks (paper 004's Fr, Cs) comes from its own table
+    # (``lang_captions``: the translation portion's val split), over the same images
+    val_sets = [caption_set({"captions": val.get("lang_captions", {}).get(lang, val["captions"]),
+                             "features": val["features"], "lang": lang}, f"validation.{lang}")
+                for lang in val["langs"]]
     dims = {d.name: d.image_dim for d in c2i}
     dims.update({s.name: int(s.features.shape[1]) for s in val_sets})
     if len(set(dims.values())) != 1:

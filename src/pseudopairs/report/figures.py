@@ -1,6 +1,7 @@
 """Figures: Figure 1 of the paper (COCO images with the German caption each source model
-transferred to them by pseudopair mining, §7.2) as a PNG and a self-contained HTML page, and the
-training curves of every table's models.
+transferred to them by pseudopair mining, §7.2) as a PNG and a self-contained HTML page, the
+training curves of every table's models, and a table drawn as grouped bars (``figure: true``: paper
+004's Figure 3).
 
 The images are drawn at random (seeded) among the query images that every shown pseudopair set
 annotated; for each image the figure shows its first English caption that got a match in every
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import cli
+from pseudopairs.experiments import row_experiments
 from pseudopairs.io import atomic_path, read_pairs, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -147,7 +149,7 @@ def training_curves(*, tables: dict[str, dict], logs: dict[str, dict], path, rea
     read_log = read_log or (lambda experiment, seed: pd.read_csv(logs[experiment][str(seed)]))
     seeds = list(dict.fromkeys(seed for by_seed in logs.values() for seed in by_seed))
     panels = [(name, spec) for name, spec in tables.items()
-              if any("experiment" in row for row in spec["rows"])]
+              if any(row_experiments(row) for row in spec["rows"])]
     if not panels:
         raise ValueError("training curves: no table names an experiment")
     columns = min(3, len(panels))
@@ -155,10 +157,12 @@ def training_curves(*, tables: dict[str, dict], logs: dict[str, dict], path, rea
     fig, axes = plt.subplots(rows, columns, figsize=(6.2 * columns, 4.3 * rows), squeeze=False)
     styles = ["-", "--", ":", "-."]
     for ax, (name, spec) in zip(axes.flat, panels):
-        experiments = list(dict.fromkeys(row["experiment"] for row in spec["rows"] if "experiment" in row))
+        experiments = list(dict.fromkeys(n for row in spec["rows"] for n in row_experiments(row)))
         colours = plt.cm.tab20(np.linspace(0, 1, max(len(experiments), 2)))
         for colour, experiment in zip(colours, experiments):
             for k, seed in enumerate(seeds):
+                if str(seed) not in logs.get(experiment, {str(seed): None}):
+                    continue   # a seed only other tables average over
                 frame = read_log(experiment, seed)
                 val = frame.dropna(subset=["val_score"])
                 if val.empty:
@@ -182,6 +186,62 @@ def training_curves(*, tables: dict[str, dict], logs: dict[str, dict], path, rea
     plt.close(fig)
 
 
+def table_figure(spec: dict, frame: pd.DataFrame, path) -> None:
+    """A retrieval table (its CSV ``frame`` and config entry ``spec``) as grouped bars: one panel
+    per language, one group per column of the table (mR left out), one bar per row — ours, the
+    mean with ± sd over seeds — and the paper's number as a black tick where it is known (paper
+    004's Figure 3: monolingual, bilingual, multilingual, both directions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pseudopairs.report.tables import HEADINGS, MEAN_RECALL, table_metrics
+
+    if spec.get("kind") != "retrieval":
+        raise ValueError(f"table figure: {spec.get('title')!r} is not a retrieval table")
+    langs = list(spec["langs"])
+    columns = [c for c in table_metrics(spec) if c != MEAN_RECALL] or [MEAN_RECALL]
+    labels = [str(label) + (" †" if bool(beyond) else "")
+              for label, beyond in zip(frame["row"], frame.get("beyond_paper", [False] * len(frame)))]
+    n_rows = len(frame)
+    width = 0.8 / max(n_rows, 1)
+    x = np.arange(len(columns))
+    colours = plt.cm.tab10(np.arange(n_rows) % 10)
+    fig, axes = plt.subplots(1, len(langs), figsize=(1.5 + 1.1 * len(columns) * len(langs) + 0.3 * n_rows, 3.8),
+                             sharey=True, squeeze=False)
+    for ax, lang in zip(axes[0], langs):
+        for k in range(n_rows):
+            row = frame.iloc[k]
+            mean = np.array([row.get(f"{lang}_{c}_mean", np.nan) for c in columns], dtype=float)
+            sd = np.array([row.get(f"{lang}_{c}_std", np.nan) for c in columns], dtype=float)
+            paper = np.array([row.get(f"paper_{lang}_{c}", np.nan) for c in columns], dtype=float)
+            offset = x - 0.4 + (k + 0.5) * width
+            ax.bar(offset, np.nan_to_num(mean), width * 0.92, color=colours[k], label=labels[k],
+                   yerr=np.where(np.isnan(sd), 0.0, sd), error_kw={"lw": 0.8, "capsize": 2})
+            known = ~np.isnan(paper)
+            if known.any():
+                ax.plot(offset[known], paper[known], "_", color="black", markersize=9, markeredgewidth=2,
+                        label="paper" if k == 0 else None)
+        ax.set_xticks(x, [HEADINGS.get(c, c) for c in columns], fontsize=8)
+        ax.set_title(lang.upper(), fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    axes[0][0].set_ylabel("recall (%)")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=8, frameon=False)
+    fig.suptitle(f"{spec.get('title', '')} (mean ± sd over seeds)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    plt.close(fig)
+
+
+def _cli_table_figure(args: argparse.Namespace) -> None:
+    table_figure(args.spec, pd.read_csv(args.table), args.output)
+    print(f"{args.spec.get('title', args.table)} -> {args.output}")
+
+
 def _cli_training_curves(args: argparse.Namespace) -> None:
     training_curves(tables=args.spec["tables"], logs=args.spec["logs"], path=args.output)
     print(f"training curves -> {args.output}")
@@ -197,3 +257,8 @@ def register_cli(subparsers) -> None:
     cli.add_json(p, "--spec", "the tables and their training logs (experiments.training_curves_spec)")
     p.add_argument("--output", required=True, help="PNG")
     p.set_defaults(func=_cli_training_curves)
+    p = subparsers.add_parser("table-figure", help=cli.COMMANDS["table-figure"].summary)
+    cli.add_json(p, "--spec", "the table's config entry")
+    p.add_argument("--table", required=True, help="the table's CSV (pseudopairs table)")
+    p.add_argument("--output", required=True, help="PNG")
+    p.set_defaults(func=_cli_table_figure)

@@ -26,7 +26,13 @@ import pandas as pd
 from pseudopairs import cli
 from pseudopairs.io import write_text_atomic
 from pseudopairs.report.tables import _PERCENT as PERCENT_STATISTICS
-from pseudopairs.report.tables import STATS_HEADINGS, summarise
+from pseudopairs.report.tables import (
+    HEADINGS,
+    MEAN_RECALL,
+    STATS_HEADINGS,
+    summarise,
+    table_metrics,
+)
 
 DAGGER = "†"
 BEYOND_NOTE = f"{DAGGER} beyond the paper: rows the paper does not report."
@@ -155,15 +161,16 @@ def _direction(key: str) -> str:
     return key.replace("2", "→").upper() if re.fullmatch(r"[a-z]+2[a-z]+", key) else key
 
 
-# Headings of the retrieval columns a table CSV has per language (``{lang}_{metric}_mean``), in
-# the paper's order; a metric not named here is shown under its own name, after these.
-RETRIEVAL_HEADINGS = {"i2t_r1": "I→T R@1", "t2i_r1": "T→I R@1", "rsum": "Sum", "mean_recall": "mR"}
+# Headings of the retrieval columns a table CSV has per language (``{lang}_{metric}_mean``); the
+# table's own ``columns`` give their order (pseudopairs.report.tables.table_metrics); a metric not
+# named here is shown under its own name, after those.
+RETRIEVAL_HEADINGS = dict(HEADINGS)
 
 
 def table_columns(spec: dict, frame: pd.DataFrame, *, with_n: bool = True) -> list[Column]:
-    """The columns of one of the paper's tables (results/tableN.csv with its config entry), as
-    the CSV has them: per language I→T R@1, T→I R@1, Sum (and mR), then Sum(Sum); Table 7 one
-    R@1 per direction."""
+    """The columns of one of the papers' tables (results/tableN.csv with its config entry), as
+    the CSV has them: per language the table's metrics (paper 000: I→T R@1, T→I R@1, Sum) and mR,
+    then Sum(Sum); Table 7 one R@1 per direction."""
     def value(heading: str, key: str, paper: str, group: str = "") -> Column:
         return Column(heading, ours=f"{key}_mean", sd=f"{key}_std",
                       paper=paper if paper in frame.columns else None, group=group)
@@ -176,8 +183,8 @@ def table_columns(spec: dict, frame: pd.DataFrame, *, with_n: bool = True) -> li
         for lang in spec.get("langs", []):
             measured = [c[len(lang) + 1: -len("_mean")] for c in frame.columns
                         if c.startswith(f"{lang}_") and c.endswith("_mean")]
-            metrics = [m for m in RETRIEVAL_HEADINGS if m in measured]
-            metrics += [m for m in measured if m not in RETRIEVAL_HEADINGS]
+            metrics = [m for m in table_metrics(spec) if m in measured]
+            metrics += [m for m in measured if m not in metrics]
             columns += [value(RETRIEVAL_HEADINGS.get(m, m.replace("_", " ")), f"{lang}_{m}", f"paper_{lang}_{m}",
                               lang.upper()) for m in metrics]
         if "sum_sum_mean" in frame.columns:
@@ -186,11 +193,20 @@ def table_columns(spec: dict, frame: pd.DataFrame, *, with_n: bool = True) -> li
 
 
 def chart_columns(spec: dict, frame: pd.DataFrame) -> list[Column]:
-    """What a table's chart shows: each language's Sum (and Sum(Sum)); Table 7 each direction."""
+    """What a table's chart shows: each language's Sum (and Sum(Sum)); Table 7 each direction; a
+    table without Sum its own columns when it has at most two per language (paper 004's R@10
+    tables), else each language's mR (004's six-recall tables: one panel per language keeps the
+    chart, and the all-results page, small)."""
     columns = table_columns(spec, frame, with_n=False)
     if spec.get("kind") == "translation":
         return columns
-    return [c for c in columns if c.heading in ("Sum", "Sum(Sum)")]
+    sums = [c for c in columns if c.heading in ("Sum", "Sum(Sum)")]
+    if sums:
+        return sums
+    mean_recall = RETRIEVAL_HEADINGS[MEAN_RECALL]
+    own = [c for c in columns if c.heading != mean_recall]
+    per_language = len(own) / max(len(spec.get("langs", [])), 1)
+    return own if per_language <= 2 else [c for c in columns if c.heading == mean_recall]
 
 
 # --------------------------------------------------------------------------------------------

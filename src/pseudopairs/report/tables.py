@@ -1,11 +1,17 @@
 """The paper's tables from per-model ``metrics.json`` files: mean, standard deviation (sample,
 ddof=1; empty for one seed) and n over seeds, with the published numbers beside ours.
 
-Retrieval tables report, per language, R@1 I→T, R@1 T→I and Sum (R@1+R@5+R@10, both directions),
-then the mean recall mR (paper 002: the mean of those six recalls, Sum / 6; the paper's mR is its
-Sum / 6; a metrics.json from before mean_recall was recorded gives rsum / 6);
-``sum_sum: true`` adds Sum(Sum) over the table's languages. Translation tables (Table 7) report
-R@1 of the true translation in both directions.
+Retrieval tables report, per language, the table's ``columns`` (keys of metrics.json; default:
+paper 000's R@1 I→T, R@1 T→I and Sum = R@1+R@5+R@10 of both directions; paper 004's tables use the
+six recalls, R@10 of both directions, or T→I R@10 alone), then the mean recall mR (paper 002: the mean of the six
+recalls, Sum / 6; a metrics.json from before mean_recall was recorded gives rsum / 6). The paper's
+numbers of a language are listed in the order of ``columns``; the paper's mR is its Sum / 6, or the
+mean of its six recalls when the table lists them, else unknown. ``sum_sum: true`` adds Sum(Sum)
+over the table's languages. A row names one ``experiment``, or per-language ``experiments``
+(``{en: A, de: B}``: paper 004's monolingual rows, one model per language). ``retrieval_key``
+(from :func:`pseudopairs.experiments.table_spec`) says which test set of metrics.json the table
+reads: ``retrieval`` (the evaluation corpus) or ``portion_retrieval`` (the translation corpus'
+test split). Translation tables (Table 7) report R@1 of the true translation in both directions.
 """
 
 from __future__ import annotations
@@ -20,10 +26,42 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import cli
+from pseudopairs.experiments import row_experiments
 from pseudopairs.io import atomic_path, reading, write_text_atomic
 
-RETRIEVAL_COLUMNS = ("i2t_r1", "t2i_r1", "rsum")  # the paper's three numbers per language
+RETRIEVAL_COLUMNS = ("i2t_r1", "t2i_r1", "rsum")  # paper 000's three numbers per language (default)
 MEAN_RECALL = "mean_recall"  # one more column per language: mR = rsum / 6 (paper 002)
+RECALLS = tuple(f"{d}_r{k}" for d in ("i2t", "t2i") for k in (1, 5, 10))
+# every per-language metric a table may list (the keys of metrics.json's retrieval entries)
+METRICS = (*RECALLS, "i2t_medr", "t2i_medr", "rsum", MEAN_RECALL)
+HEADINGS = {"i2t_r1": "I→T R@1", "i2t_r5": "I→T R@5", "i2t_r10": "I→T R@10",
+            "t2i_r1": "T→I R@1", "t2i_r5": "T→I R@5", "t2i_r10": "T→I R@10",
+            "i2t_medr": "I→T medr", "t2i_medr": "T→I medr", "rsum": "Sum", MEAN_RECALL: "mR"}
+
+
+def table_metrics(spec: dict) -> tuple[str, ...]:
+    """The per-language columns of a retrieval table: its ``columns`` (the paper's numbers follow
+    this order), then mR unless listed."""
+    listed = tuple(spec.get("columns") or RETRIEVAL_COLUMNS)
+    return listed if MEAN_RECALL in listed else (*listed, MEAN_RECALL)
+
+
+def row_experiment(row: dict, lang: str | None = None) -> str | None:
+    """The experiment behind a row's columns of ``lang``: its per-language ``experiments`` entry,
+    else its ``experiment`` (None: a row of published numbers only)."""
+    if "experiments" in row:
+        return row["experiments"].get(lang) if lang is not None else None
+    return row.get("experiment")
+
+
+def _paper_mean_recall(paper: dict) -> float:
+    """The paper's mR from the numbers it prints: Sum / 6, else the mean of its six recalls."""
+    if paper.get("rsum") is not None and not pd.isna(paper["rsum"]):
+        return float(paper["rsum"]) / 6.0
+    values = [paper.get(k) for k in RECALLS]
+    if all(v is not None and not pd.isna(v) for v in values):
+        return float(sum(values)) / len(values)
+    return math.nan
 
 
 def _mean_recall(metrics: dict) -> float:
@@ -46,23 +84,37 @@ def _put(record: dict, name: str, values: list[float]) -> None:
 def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
     """``metrics[experiment]`` = the metrics.json contents of its seeds."""
     langs = spec["langs"]
+    columns = table_metrics(spec)
+    listed = tuple(spec.get("columns") or RETRIEVAL_COLUMNS)   # what the paper's lists hold
+    key = spec.get("retrieval_key", "retrieval")
     records = []
     for row in spec["rows"]:
-        runs = metrics.get(row.get("experiment"), [])
-        record = {"row": row["label"], "experiment": row.get("experiment", ""), "n": len(runs),
+        runs = {lang: metrics.get(row_experiment(row, lang), []) for lang in langs}
+        names = ({lang: row_experiment(row, lang) for lang in langs} if "experiments" in row else None)
+        record = {"row": row["label"],
+                  "experiment": (", ".join(f"{lang}: {n}" for lang, n in names.items() if n) if names
+                                 else row.get("experiment", "")),
+                  "n": min(len(r) for r in runs.values()) if langs else 0,
                   "beyond_paper": bool(row.get("beyond_paper", False))}
         for lang in langs:
-            for column in RETRIEVAL_COLUMNS:
-                _put(record, f"{lang}_{column}", [run["retrieval"][lang][column] for run in runs])
-            _put(record, f"{lang}_{MEAN_RECALL}", [_mean_recall(run["retrieval"][lang]) for run in runs])
+            for column in columns:
+                if column == MEAN_RECALL:
+                    values = [_mean_recall(run[key][lang]) for run in runs[lang]]
+                else:
+                    values = [float(run[key][lang][column]) for run in runs[lang]]
+                _put(record, f"{lang}_{column}", values)
         if spec.get("sum_sum"):
-            _put(record, "sum_sum", [sum(run["retrieval"][lang]["rsum"] for lang in langs) for run in runs])
+            per_seed = zip(*(runs[lang] for lang in langs)) if len({len(r) for r in runs.values()}) == 1 else []
+            _put(record, "sum_sum", [sum(run[key][lang]["rsum"] for lang, run in zip(langs, seed_runs))
+                                     for seed_runs in per_seed])
         paper = row.get("paper", {})
         for lang in langs:
-            for column, value in zip(RETRIEVAL_COLUMNS, paper.get(lang, [math.nan] * 3)):
-                record[f"paper_{lang}_{column}"] = value
-            paper_sum = record[f"paper_{lang}_rsum"]
-            record[f"paper_{lang}_{MEAN_RECALL}"] = math.nan if paper_sum is None else float(paper_sum) / 6.0
+            printed = dict(zip(listed, paper.get(lang, [math.nan] * len(listed))))
+            for column in columns:
+                value = printed.get(column, math.nan)
+                record[f"paper_{lang}_{column}"] = math.nan if value is None else value
+            if MEAN_RECALL not in printed:
+                record[f"paper_{lang}_{MEAN_RECALL}"] = _paper_mean_recall(printed)
         if spec.get("sum_sum"):
             record["paper_sum_sum"] = paper.get("sum_sum", math.nan)
         records.append(record)
@@ -100,9 +152,8 @@ def load_metrics(spec: dict) -> dict[str, list[dict]]:
     → path, made by :func:`pseudopairs.experiments.table_spec`), for every experiment a row
     names; a missing file is an error."""
     metrics: dict[str, list[dict]] = {}
-    for row in spec["rows"]:
-        name = row.get("experiment")
-        if not name or name in metrics:
+    for name in (n for row in spec["rows"] for n in row_experiments(row)):
+        if name in metrics:
             continue
         if name not in spec["metrics"]:
             raise ValueError(f"table spec: no metrics files given for experiment {name!r}")
@@ -139,9 +190,10 @@ def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
                  for _, row in frame.iterrows()]
     else:
         langs = spec["langs"]
+        columns = table_metrics(spec)
         header = [""]
         for lang in langs:
-            header += [f"{lang} I→T R@1", f"{lang} T→I R@1", f"{lang} Sum", f"{lang} mR"]
+            header += [f"{lang} {HEADINGS[c]}" for c in columns]
         if spec.get("sum_sum"):
             header.append("Sum(Sum)")
         header.append("n")
@@ -149,7 +201,7 @@ def markdown_table(name: str, spec: dict, frame: pd.DataFrame) -> str:
         for _, row in frame.iterrows():
             line = [_label(row)]
             for lang in langs:
-                line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in (*RETRIEVAL_COLUMNS, MEAN_RECALL)]
+                line += [_cell(row, f"{lang}_{c}", f"paper_{lang}_{c}") for c in columns]
             if spec.get("sum_sum"):
                 line.append(_cell(row, "sum_sum", "paper_sum_sum"))
             line.append(str(row["n"]))
