@@ -286,3 +286,35 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert browser.non_blank(shot, region=(0.3, 0.0, 1.0, 1.0)), f"the report's frame is blank: {shot}"
     table = browser.view_report(report, "results/html/table4.html")
     assert table.frame_tables == 1 and table.frame_images == 1 and "319.7" in table.frame_text
+
+
+def test_a_large_png_is_embedded_re_encoded_under_the_budget_and_a_small_one_as_it_is(tmp_path):
+    """The report frame shows a page from a data URL, which Chromium refuses above 2 MB: a large
+    figure is embedded with 256 colours (and smaller if need be), deterministically; small ones
+    are embedded byte for byte."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from pseudopairs.report.html import compact_png
+
+    rng = np.random.default_rng(0)
+    smooth = np.linspace(0, 255, 600 * 800 * 3).reshape(600, 800, 3) % 256
+    noisy = (smooth + rng.normal(0, 40, smooth.shape)).clip(0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noisy).save(buf, format="PNG")
+    big = buf.getvalue()
+    assert len(big) > 500_000
+    out = compact_png(big, budget=200_000)
+    assert len(out) <= 200_000 and out == compact_png(big, budget=200_000)
+    shown = Image.open(io.BytesIO(out))
+    assert shown.format == "PNG" and shown.width >= 800 // 4 and shown.width / shown.height == pytest.approx(800 / 600, rel=0.01)
+    small = io.BytesIO()
+    Image.fromarray(noisy[:20, :20]).save(small, format="PNG")
+    assert compact_png(small.getvalue(), budget=200_000) == small.getvalue()
+    # the page embeds the compact bytes, not the file's
+    path = tmp_path / "big.png"
+    path.write_bytes(big)
+    section = pages_html.image_section("Training curves — a caption", path)
+    assert len(section) < len(big)

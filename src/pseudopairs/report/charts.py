@@ -31,7 +31,8 @@ def chart_svg(frame: pd.DataFrame, metrics: list, *, labels: list[str]) -> str:
     n, panels = len(frame), len(metrics)
     y = np.arange(n)
     height = 0.4
-    with plt.rc_context({"svg.hashsalt": "pseudopairs", "font.size": 9, "font.family": "DejaVu Sans"}):
+    with plt.rc_context({"svg.hashsalt": "pseudopairs", "svg.fonttype": "none", "font.size": 9,
+                         "font.family": "DejaVu Sans"}):
         fig, axes = plt.subplots(1, panels, figsize=(1.8 + 3.4 * panels, 0.9 + 0.3 * n), sharey=True,
                                  squeeze=False)
         for ax, metric in zip(axes[0], metrics):

@@ -386,11 +386,43 @@ def pseudopair_stats_section(frame: pd.DataFrame, title: str) -> str:
     return _section(title, body)
 
 
+#: an embedded PNG larger than this is re-encoded smaller (:func:`compact_png`): a page that
+#: Snakemake's report embeds is shown from a data URL, which Chromium refuses above 2 MB (blank frame)
+IMAGE_BUDGET = 150_000
+
+
+def compact_png(data: bytes, *, budget: int = IMAGE_BUDGET) -> bytes:
+    """``data`` itself when it fits ``budget`` bytes; otherwise the image with 256 colours
+    (median cut, no dithering: deterministic), and if that still does not fit, also scaled down
+    until it does (a quarter of the width at the least). The original file stays as it was."""
+    if len(data) <= budget:
+        return data
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    scale = 1.0
+    while True:
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        shown = image if scale == 1.0 else image.resize(size, Image.Resampling.LANCZOS)
+        out = io.BytesIO()
+        shown.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            out, format="PNG", optimize=True)
+        if out.tell() <= budget or scale <= 0.25:
+            return out.getvalue()
+        scale = max(0.25, scale * 0.8)
+
+
 def image_section(caption: str, path: str | Path) -> str:
-    """A figure: the caption up to " — " is the section's heading, the rest its caption."""
+    """A figure: the caption up to " — " is the section's heading, the rest its caption. PNGs
+    over :data:`IMAGE_BUDGET` are embedded re-encoded (:func:`compact_png`)."""
     path = Path(path)
     mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
-    uri = data_uri(path.read_bytes(), mime.get(path.suffix.lower(), "application/octet-stream"))
+    data = path.read_bytes()
+    if path.suffix.lower() == ".png":
+        data = compact_png(data)
+    uri = data_uri(data, mime.get(path.suffix.lower(), "application/octet-stream"))
     heading, _, rest = caption.partition(" — ")
     return _section(heading, figure(uri, (rest[:1].upper() + rest[1:]) or heading))
 
