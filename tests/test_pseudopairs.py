@@ -24,6 +24,42 @@ from test_training import COLOURS, SETTINGS, SHAPES, _world
 torch.set_num_threads(1)
 
 
+def mining_spec(root, *, queries, database, name="toy", source="en_de_c2c", settings=None):
+    """The ``mine`` step's spec for the model trained under ``root``: queries and database are
+    ``(caption table, lang)``."""
+    return {"pseudopairs": name, "source": source, "seed": 1,
+            "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
+            "queries": {"captions": queries[0], "lang": queries[1]},
+            "database": {"captions": database[0], "lang": database[1]},
+            "settings": settings if settings is not None else {"device": "cpu"}}
+
+
+def check_nearest_and_same_things(root, *, queries, database, pairs, query_lang, match_lang):
+    """Assert that each pair's match is its query's most cosine-similar database caption (brute
+    force in float64 with the model under ``root``) and that over 80 % of the matches name the
+    query's colour and shape in the database's language. Returns the best similarity per query."""
+    model, _ = checkpoints.load_model(root / "model" / "checkpoint.pt")
+    vocab = Vocabulary.load(root / "model" / "vocab.json")
+    q = encode.encode_captions_texts(model, vocab, queries["text"].tolist()).double()
+    d = encode.encode_captions_texts(model, vocab, database["text"].tolist()).double()
+    cos = (q @ d.T).numpy()
+    best = cos.max(axis=1)
+    chosen = cos[np.arange(len(queries)), pairs["match_row"].to_numpy()]
+    assert np.allclose(chosen, best, atol=1e-6)
+    assert pairs["match_text"].tolist() == database["text"].iloc[pairs["match_row"]].tolist()
+    translate = dict(zip(COLOURS[query_lang] + SHAPES[query_lang], COLOURS[match_lang] + SHAPES[match_lang]))
+
+    def names_same_thing(q_text, d_text):
+        words = q_text.split()
+        colour = next(w for w in words if w in COLOURS[query_lang])
+        shape = next(w for w in words if w in SHAPES[query_lang])
+        return translate[colour] in d_text.split() and translate[shape] in d_text.split()
+
+    agree = np.mean([names_same_thing(a, b) for a, b in zip(pairs["query_text"], pairs["match_text"])])
+    assert agree > 0.8, agree
+    return best
+
+
 # --------------------------------------------------------------------------------------------
 # Filters
 
@@ -77,12 +113,9 @@ def trained(tmp_path_factory):
 def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, tmp_path):
     root, spec = trained
     captions = spec["c2i"][0]["captions"]
-    mining = {"pseudopairs": "toy", "source": "en_de_c2c", "seed": 1,
-              "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
-              "queries": {"captions": captions, "lang": "en"},
-              "database": {"captions": captions, "lang": "de"},
-              "settings": {"criterion": "cosine", "device": "cpu", "block_size": 7,
-                           "encode_batch_size": 16, "threads": 1}}
+    mining = mining_spec(root, queries=(captions, "en"), database=(captions, "de"),
+                         settings={"criterion": "cosine", "device": "cpu", "block_size": 7,
+                                   "encode_batch_size": 16, "threads": 1})
     stats = mine_pseudopairs(spec=mining, pairs_path=tmp_path / "pairs.parquet",
                              stats_path=tmp_path / "stats.json", progress=False)
     pairs = read_pairs(tmp_path / "pairs.parquet")
@@ -91,29 +124,11 @@ def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, 
     assert len(pairs) == len(en) == stats["n_pairs"] == stats["n_queries"] == 300
     assert pairs["query_image_id"].tolist() == en["image_id"].tolist()
     assert pairs["query_caption_idx"].tolist() == en["caption_idx"].tolist()
-    # brute force with the same encoders
-    model, _ = checkpoints.load_model(root / "model" / "checkpoint.pt")
-    vocab = Vocabulary.load(root / "model" / "vocab.json")
-    q = encode.encode_captions_texts(model, vocab, en["text"].tolist()).double()
-    d = encode.encode_captions_texts(model, vocab, de["text"].tolist()).double()
-    cos = (q @ d.T).numpy()
-    best = cos.max(axis=1)
-    chosen = cos[np.arange(len(en)), pairs["match_row"].to_numpy()]
-    assert np.allclose(chosen, best, atol=1e-6)
+    # brute force with the same encoders; the model learnt the world: the transferred German
+    # caption names the query's colour and shape
+    best = check_nearest_and_same_things(root, queries=en, database=de, pairs=pairs, query_lang="en", match_lang="de")
     assert np.allclose(pairs["similarity"], best, atol=1e-5) and np.allclose(pairs["score"], best, atol=1e-5)
-    assert pairs["match_text"].tolist() == de["text"].iloc[pairs["match_row"]].tolist()
     assert pairs["match_image_id"].tolist() == de["image_id"].iloc[pairs["match_row"]].tolist()
-    # the model learnt the world: the transferred German caption names the query's colour and shape
-    translate = dict(zip(COLOURS["en"] + SHAPES["en"], COLOURS["de"] + SHAPES["de"]))
-
-    def names_same_thing(q_text, d_text):
-        words = q_text.split()
-        colour = next(w for w in words if w in COLOURS["en"])
-        shape = next(w for w in words if w in SHAPES["en"])
-        return translate[colour] in d_text.split() and translate[shape] in d_text.split()
-
-    agree = np.mean([names_same_thing(a, b) for a, b in zip(pairs["query_text"], pairs["match_text"])])
-    assert agree > 0.8, agree
     saved = json.loads((tmp_path / "stats.json").read_text())
     assert saved["n_database"] == 300 and saved["n_unmatched"] == 0
     assert saved["used_share"] == pytest.approx(pairs["match_row"].nunique() / 300)
@@ -123,10 +138,7 @@ def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, 
 def test_mining_errors_name_the_input(trained, tmp_path):
     root, spec = trained
     captions = spec["c2i"][0]["captions"]
-    mining = {"pseudopairs": "toy", "source": "x", "seed": 1,
-              "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
-              "queries": {"captions": captions, "lang": "fr"}, "database": {"captions": captions, "lang": "de"},
-              "settings": {"device": "cpu"}}
+    mining = mining_spec(root, queries=(captions, "fr"), database=(captions, "de"), source="x")
     with pytest.raises(ValueError, match="no 'fr' captions to mine"):
         mine_pseudopairs(spec=mining, pairs_path=tmp_path / "p.parquet", stats_path=tmp_path / "s.json")
     with pytest.raises(ValueError, match=r"beam is not a parameter of any criterion"):

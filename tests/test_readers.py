@@ -207,6 +207,17 @@ def test_mismatched_line_count(small_copy):
                               f"{small_copy / 'task2/image_splits/test_2016_images.txt'})")
 
 
+def _replace_line(path, number: int, content: bytes) -> None:
+    """Line ``number`` (1-based) of the gzipped file ``path`` becomes ``content``."""
+
+    def replace(data: bytes) -> bytes:
+        lines = data.split(b"\n")
+        lines[number - 1] = content
+        return b"\n".join(lines)
+
+    _rewrite(path, replace)
+
+
 def test_mismatched_line_count_task1(small_copy):
     path = small_copy / "task1/raw/test_2016_flickr.de.gz"
     _rewrite(path, lambda d: d + "Ein zusätzlicher Satz.\n".encode())
@@ -217,12 +228,7 @@ def test_mismatched_line_count_task1(small_copy):
 def test_empty_caption_line(small_copy):
     path = small_copy / "task2/raw/test_2016.2.en.gz"
 
-    def blank_line_7(data: bytes) -> bytes:
-        lines = data.split(b"\n")
-        lines[6] = b"   "
-        return b"\n".join(lines)
-
-    _rewrite(path, blank_line_7)
+    _replace_line(path, 7, b"   ")
     with pytest.raises(ValueError, match=rf"^{path}:7: empty caption$"):
         read_multi30k_task2(small_copy, "test_2016")
 
@@ -230,12 +236,7 @@ def test_empty_caption_line(small_copy):
 def test_invalid_utf8(small_copy):
     path = small_copy / "task2/raw/test_2016.5.de.gz"
 
-    def latin1_line_12(data: bytes) -> bytes:
-        lines = data.split(b"\n")
-        lines[11] = "Ein Mädchen läuft.".encode("latin-1")
-        return b"\n".join(lines)
-
-    _rewrite(path, latin1_line_12)
+    _replace_line(path, 12, "Ein Mädchen läuft.".encode("latin-1"))
     with pytest.raises(ValueError, match=rf"^{path}:12: invalid UTF-8"):
         read_multi30k_task2(small_copy, "test_2016")
 

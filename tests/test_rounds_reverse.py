@@ -23,6 +23,7 @@ from pseudopairs.mining.statistics import pseudopair_statistics
 from pseudopairs.mining.step import mine_pseudopairs, pseudopair_caption_table
 from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.plots import panels
+from test_pseudopairs import check_nearest_and_same_things, mining_spec
 from test_training import COLOURS, SETTINGS, SHAPES, _world
 from test_workflow import job_counts
 
@@ -56,11 +57,9 @@ def two_corpora(tmp_path_factory):
 def test_reverse_mining_gives_each_german_caption_its_nearest_english_coco_caption(two_corpora, tmp_path):
     root, spec, coco = two_corpora
     m30k = spec["c2i"][0]["captions"]
-    mining = {"pseudopairs": "de_coco.reverse", "source": "de_coco", "seed": 1,
-              "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
-              "queries": {"captions": m30k, "lang": "de"}, "database": {"captions": coco, "lang": "en"},
-              "settings": {"criterion": "cosine", "device": "cpu", "block_size": 16,
-                           "encode_batch_size": 32, "threads": 1}}
+    mining = mining_spec(root, queries=(m30k, "de"), database=(coco, "en"), name="de_coco.reverse",
+                         source="de_coco", settings={"criterion": "cosine", "device": "cpu", "block_size": 16,
+                                                     "encode_batch_size": 32, "threads": 1})
     stats = mine_pseudopairs(spec=mining, pairs_path=tmp_path / "pairs.parquet",
                              stats_path=tmp_path / "stats.json", progress=False)
     pairs = read_pairs(tmp_path / "pairs.parquet")
@@ -71,26 +70,9 @@ def test_reverse_mining_gives_each_german_caption_its_nearest_english_coco_capti
     assert set(pairs["query_lang"]) == {"de"} and set(pairs["match_lang"]) == {"en"}
     assert pairs["query_image_id"].tolist() == de["image_id"].tolist()          # M30K images
     assert pairs["match_image_id"].str.startswith("coco").all()                  # COCO captions
-    # brute force: the most cosine-similar English COCO caption
-    model, _ = checkpoints.load_model(root / "model" / "checkpoint.pt")
-    vocab = Vocabulary.load(root / "model" / "vocab.json")
-    q = encode.encode_captions_texts(model, vocab, de["text"].tolist()).double()
-    d = encode.encode_captions_texts(model, vocab, en["text"].tolist()).double()
-    cos = (q @ d.T).numpy()
-    chosen = cos[np.arange(len(de)), pairs["match_row"].to_numpy()]
-    assert np.allclose(chosen, cos.max(axis=1), atol=1e-6)
-    assert pairs["match_text"].tolist() == en["text"].iloc[pairs["match_row"]].tolist()
-    # the model learnt the world: the English caption names the German caption's colour and shape
-    translate = dict(zip(COLOURS["de"] + SHAPES["de"], COLOURS["en"] + SHAPES["en"]))
-
-    def names_same_thing(q_text, d_text):
-        words = q_text.split()
-        colour = next(w for w in words if w in COLOURS["de"])
-        shape = next(w for w in words if w in SHAPES["de"])
-        return translate[colour] in d_text.split() and translate[shape] in d_text.split()
-
-    agree = np.mean([names_same_thing(a, b) for a, b in zip(pairs["query_text"], pairs["match_text"])])
-    assert agree > 0.8, agree
+    # brute force: the most cosine-similar English COCO caption, which names the German
+    # caption's colour and shape
+    check_nearest_and_same_things(root, queries=de, database=en, pairs=pairs, query_lang="de", match_lang="en")
 
     # the caption table: English captions of the M30K images, on the German query's caption index
     table = pseudopair_caption_table(pairs, min_percentile=0, dataset="de_coco.reverse.p0")

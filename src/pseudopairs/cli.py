@@ -123,6 +123,14 @@ def registered_commands(module: str) -> set[str]:
 # --------------------------------------------------------------------------------------------
 
 
+def add_command(subparsers, name: str, func, **parser_args) -> argparse.ArgumentParser:
+    """The subcommand ``name`` (declared in :data:`COMMANDS`, whose summary is its help) that runs
+    ``func(args)``; ``parser_args`` go to ``add_parser`` (description, formatter_class)."""
+    parser = subparsers.add_parser(name, help=COMMANDS[name].summary, **parser_args)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def json_object(option: str):
     """An argparse ``type`` for a JSON object given inline or as ``@file.json``."""
     def parse(value: str) -> dict:

@@ -489,7 +489,7 @@ def _cmd_extract(args) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("download", help=cli.COMMANDS["download"].summary,
+    p = cli.add_command(subparsers, "download", _cmd_download,
     )
     p.add_argument("--url", required=True, help="http(s) URL, file:// URL or local path")
     p.add_argument("--output", required=True, help="destination file")
@@ -502,10 +502,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds (default 60)")
     p.add_argument("--backoff", type=float, default=1.0,
                    help="first retry delay in seconds, doubled each retry (default 1)")
-    p.set_defaults(func=_cmd_download)
 
-    p = subparsers.add_parser("extract", help=cli.COMMANDS["extract"].summary)
+    p = cli.add_command(subparsers, "extract", _cmd_extract)
     p.add_argument("--archive", required=True)
     p.add_argument("--output", required=True, help="destination directory (must not exist)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing destination directory")
-    p.set_defaults(func=_cmd_extract)

@@ -424,7 +424,7 @@ def _cmd_read_coco(args) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("read-multi30k", help=cli.COMMANDS["read-multi30k"].summary)
+    p = cli.add_command(subparsers, "read-multi30k", _cmd_read_multi30k)
     p.add_argument("--root", required=True, help="Multi30K data folder (holds task1/ and task2/)")
     p.add_argument("--task", required=True, choices=sorted(MULTI30K_CORPUS))
     p.add_argument("--split", required=True, help="upstream split name, e.g. train, val, test_2016, test_2016_flickr")
@@ -436,9 +436,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--captions-out", required=True, help="raw caption table (.parquet)")
     p.add_argument("--images-dir", default=None, help="Flickr30K image folder, used for the image paths")
     p.add_argument("--images-out", default=None, help="image list (.parquet)")
-    p.set_defaults(func=_cmd_read_multi30k)
 
-    p = subparsers.add_parser("read-coco", help=cli.COMMANDS["read-coco"].summary)
+    p = cli.add_command(subparsers, "read-coco", _cmd_read_coco)
     p.add_argument("--karpathy-json", required=True, help="dataset_coco.json (or caption_datasets.zip)")
     p.add_argument("--split", required=True, choices=sorted(COCO_SPLITS),
                    help="canonical split (train = Karpathy train + restval)")
@@ -447,4 +446,3 @@ def register_cli(subparsers) -> None:
     p.add_argument("--images-out", required=True)
     p.add_argument("--max-captions", type=int, default=5, help="captions kept per image (0 = all; default 5)")
     p.add_argument("--stats-out", default=None, help="JSON with image/caption counts and captions dropped")
-    p.set_defaults(func=_cmd_read_coco)

@@ -111,10 +111,9 @@ def _cli_select(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("select-captions", help=cli.COMMANDS["select-captions"].summary)
+    p = cli.add_command(subparsers, "select-captions", _cli_select)
     p.add_argument("--captions", required=True, help="prepared training caption table of the corpus")
     p.add_argument("--lang", required=True)
     cli.add_json(p, "--select", "the data set's select entry (images / captions_per_image / seed)")
     p.add_argument("--dataset", required=True, help="the data set's name (the table's dataset column)")
     p.add_argument("--output", required=True)
-    p.set_defaults(func=_cli_select)

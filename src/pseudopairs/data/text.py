@@ -553,27 +553,24 @@ def _cli_train_truecaser(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("prepare-text", help=cli.COMMANDS["prepare-text"].summary)
+    p = cli.add_command(subparsers, "prepare-text", _cli_prepare_text)
     p.add_argument("--lang", required=True, help="language code (en, de, fr, cs, …)")
     p.add_argument("input", help="UTF-8 text file, one caption per line (.gz accepted)")
     p.add_argument("output", help="output text file (.gz if it ends in .gz)")
     p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
     p.add_argument("--truecase-model", default=None, help="truecase model (with --case truecase)")
     cli.add_json(p, "--settings", "the config's text section", required=False)
-    p.set_defaults(func=_cli_prepare_text)
 
-    p = subparsers.add_parser("prepare-captions", help=cli.COMMANDS["prepare-captions"].summary)
+    p = cli.add_command(subparsers, "prepare-captions", _cli_prepare_captions)
     p.add_argument("--input", required=True, help="raw caption table (.parquet)")
     p.add_argument("--output", required=True, help="prepared caption table (.parquet)")
     p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
     p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
                    help="truecase model per language (repeat; with --case truecase)")
     cli.add_json(p, "--settings", "the config's text section", required=False)
-    p.set_defaults(func=_cli_prepare_captions)
 
-    p = subparsers.add_parser("train-truecaser", help=cli.COMMANDS["train-truecaser"].summary)
+    p = cli.add_command(subparsers, "train-truecaser", _cli_train_truecaser)
     p.add_argument("--input", required=True, nargs="+", help="raw caption tables (.parquet)")
     p.add_argument("--lang", required=True)
     p.add_argument("--output", required=True, help="truecase model file")
-    p.set_defaults(func=_cli_train_truecaser)
 

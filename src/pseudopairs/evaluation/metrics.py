@@ -7,6 +7,8 @@ under the model's similarity (``similarity``: a registered function, default ``c
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Mapping
 
 import numpy as np
@@ -58,55 +60,39 @@ def metrics_from_ranks(*, i2t_ranks: np.ndarray, t2i_ranks: np.ndarray) -> dict[
 
 def mean_recall(metrics: Mapping[str, float]) -> float:
     """Paper 002's mean recall (mR): the mean of R@1, R@5, R@10 of I→T and of T→I, in percent."""
-    missing = [key for key in RECALL_KEYS if key not in metrics]
-    if missing:
-        raise ValueError(f"mean_recall: metrics lack {missing}")
-    return float(sum(float(metrics[key]) for key in RECALL_KEYS) / len(RECALL_KEYS))
+    return language_sum(metrics, caller="mean_recall") / len(RECALL_KEYS)
 
 
-def retrieval_metrics(
-    *,
-    image_embeddings: Any,
-    caption_embeddings: Any,
-    caption_image_index: Any,
-    device: str | torch.device | None = None,
-    block_size: int | None = None,
-    progress: bool = False,
-    similarity: str = "cosine",
-) -> dict[str, float]:
-    """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
+def _metrics_of(ranks_function, doc: str):
+    """A function that takes ``ranks_function``'s keyword arguments and returns the
+    :data:`METRIC_KEYS` dict of its ranks (its signature is ``ranks_function``'s)."""
+
+    @functools.wraps(ranks_function)
+    def metrics(**kwargs: Any) -> dict[str, float]:
+        ranks = ranks_function(**kwargs)
+        return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
+
+    signature = inspect.signature(ranks_function)
+    metrics.__signature__ = signature.replace(return_annotation=dict[str, float])
+    metrics.__doc__ = doc
+    metrics.__name__ = metrics.__qualname__ = ranks_function.__name__.replace("ranks", "metrics")
+    return metrics
+
+
+retrieval_metrics = _metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
 
     ``image_embeddings`` (n_images × d) and ``caption_embeddings`` (n_captions × d): numpy arrays
     or torch tensors, rows L2-normalised (similarity = dot product). ``caption_image_index[k]`` =
     row of caption k's image. Captions may be in any order; an image may have any number ≥ 0 of
     captions — images with none are T→I candidates only, not I→T queries. ``similarity``: the
     registered function to rank with (``order``: the model's non-negative rows, image = ``v``).
-    """
-    ranks = retrieval_ranks(
-        image_embeddings=image_embeddings,
-        caption_embeddings=caption_embeddings,
-        caption_image_index=caption_image_index,
-        device=device,
-        block_size=block_size,
-        progress=progress,
-        similarity=similarity,
-    )
-    return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
+    Keyword arguments only (those of :func:`pseudopairs.evaluation.ranks.retrieval_ranks`:
+    ``device``, ``block_size``, ``progress``, ``similarity``).
+    """)
 
-
-def retrieval_metrics_reference(
-    *, image_embeddings: Any, caption_embeddings: Any, caption_image_index: Any, progress: bool = False,
-    similarity: str = "cosine",
-) -> dict[str, float]:
-    """:func:`retrieval_metrics` computed with the per-query loop of :func:`retrieval_ranks_reference`."""
-    ranks = retrieval_ranks_reference(
-        image_embeddings=image_embeddings,
-        caption_embeddings=caption_embeddings,
-        caption_image_index=caption_image_index,
-        progress=progress,
-        similarity=similarity,
-    )
-    return metrics_from_ranks(i2t_ranks=ranks.i2t, t2i_ranks=ranks.t2i)
+retrieval_metrics_reference = _metrics_of(
+    retrieval_ranks_reference,
+    """:func:`retrieval_metrics` computed with the per-query loop of :func:`retrieval_ranks_reference`.""")
 
 
 def translation_retrieval(
@@ -129,11 +115,12 @@ def translation_retrieval(
     return {"r1": recall_at(ranks, 1)}
 
 
-def language_sum(metrics: Mapping[str, float]) -> float:
-    """The paper's per-language "Sum": R@1+R@5+R@10 of I→T plus those of T→I (= ``rsum``)."""
+def language_sum(metrics: Mapping[str, float], *, caller: str = "language_sum") -> float:
+    """The paper's per-language "Sum": R@1+R@5+R@10 of I→T plus those of T→I (= ``rsum``).
+    ``caller`` names the function in the error for missing keys."""
     missing = [key for key in RECALL_KEYS if key not in metrics]
     if missing:
-        raise ValueError(f"language_sum: metrics lack {missing}")
+        raise ValueError(f"{caller}: metrics lack {missing}")
     return float(sum(float(metrics[key]) for key in RECALL_KEYS))
 
 

@@ -165,7 +165,7 @@ def _cli_score_translation(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("evaluate", help=cli.COMMANDS["evaluate"].summary)
+    p = cli.add_command(subparsers, "evaluate", _cli_evaluate)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--vocab", required=True)
     cli.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
@@ -174,9 +174,8 @@ def register_cli(subparsers) -> None:
     cli.add_device(p)
     cli.add_threads(p, default=1)
     p.add_argument("--output", required=True, help="metrics.json (written atomically)")
-    p.set_defaults(func=_cli_evaluate)
 
-    p = subparsers.add_parser("score-embeddings", help=cli.COMMANDS["score-embeddings"].summary)
+    p = cli.add_command(subparsers, "score-embeddings", _cli_score_embeddings)
     p.add_argument("--images", required=True, help="image embeddings, (n_images, d) .npy")
     p.add_argument("--captions", required=True, help="caption embeddings, (n_captions, d) .npy")
     p.add_argument("--caption-image-index", required=True,
@@ -186,12 +185,10 @@ def register_cli(subparsers) -> None:
     p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")
     p.add_argument("--similarity", default="cosine", choices=SIMILARITIES.names(),
                    help="the similarity to rank with (order: image = v; default: cosine)")
-    p.set_defaults(func=_cli_score_embeddings)
 
-    p = subparsers.add_parser("score-translation", help=cli.COMMANDS["score-translation"].summary)
+    p = cli.add_command(subparsers, "score-translation", _cli_score_translation)
     p.add_argument("--source", required=True, help="source-language embeddings, (n, d) .npy")
     p.add_argument("--target", required=True, help="target-language embeddings, (n, d) .npy; row i translates source row i")
     p.add_argument("--output", required=True, help='JSON {"r1": ...} (written atomically)')
     cli.add_device(p)
     p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")
-    p.set_defaults(func=_cli_score_translation)

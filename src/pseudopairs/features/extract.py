@@ -332,8 +332,7 @@ def _cmd_features(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "features", help=cli.COMMANDS["features"].summary,
+    p = cli.add_command(subparsers, "features", _cmd_features,
         description="Extract ResNet average-pool features (features.arch) for every image of an image "
                     "list (rows in its order); resumable through shards.")
     p.add_argument("--images", required=True, help="image list Parquet (image_id, path)")
@@ -341,4 +340,3 @@ def register_cli(subparsers) -> None:
     p.add_argument("--skipped", required=True, help="TSV of skipped images (image_id, path, reason); always written")
     cli.add_json(p, "--settings", "the features config section")
     p.add_argument("--shard-dir", default=None, help="resumable shards (default: {output}.shards/)")
-    p.set_defaults(func=_cmd_features)

@@ -158,15 +158,13 @@ def _cli_pseudopair_captions(args) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("mine", help=cli.COMMANDS["mine"].summary)
+    p = cli.add_command(subparsers, "mine", _cli_mine)
     cli.add_json(p, "--spec", "resolved mining inputs (experiments.mining_spec)")
     cli.add_threads(p, default=1)
     p.add_argument("--pairs", required=True, help="pairs.parquet (written atomically)")
     p.add_argument("--stats", required=True, help="stats.json (written atomically)")
-    p.set_defaults(func=_cli_mine)
-    p = subparsers.add_parser("pseudopair-captions", help=cli.COMMANDS["pseudopair-captions"].summary)
+    p = cli.add_command(subparsers, "pseudopair-captions", _cli_pseudopair_captions)
     p.add_argument("--pairs", required=True)
     p.add_argument("--min-percentile", type=float, required=True)
     p.add_argument("--dataset", required=True, help="value of the table's dataset column")
     p.add_argument("--output", required=True)
-    p.set_defaults(func=_cli_pseudopair_captions)

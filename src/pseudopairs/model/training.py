@@ -394,11 +394,10 @@ def _cli_train(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("train", help=cli.COMMANDS["train"].summary)
+    p = cli.add_command(subparsers, "train", _cli_train)
     cli.add_json(p, "--spec", "resolved experiment inputs (experiments.training_spec)")
     cli.add_json(p, "--settings", "the config's training section merged with model")
     p.add_argument("--out-dir", required=True,
                    help="model directory (checkpoint.pt, vocab.json, train_log.csv)")
     p.add_argument("--seed", type=int, required=True)
     cli.add_threads(p)
-    p.set_defaults(func=_cli_train)

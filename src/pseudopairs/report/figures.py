@@ -248,17 +248,14 @@ def _cli_training_curves(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("pseudopair-figure", help=cli.COMMANDS["pseudopair-figure"].summary)
+    p = cli.add_command(subparsers, "pseudopair-figure", _cli_figure)
     cli.add_json(p, "--spec", "experiments.pseudopair_figure_spec")
     p.add_argument("--png", required=True)
     p.add_argument("--html", required=True)
-    p.set_defaults(func=_cli_figure)
-    p = subparsers.add_parser("training-curves", help=cli.COMMANDS["training-curves"].summary)
+    p = cli.add_command(subparsers, "training-curves", _cli_training_curves)
     cli.add_json(p, "--spec", "the tables and their training logs (experiments.training_curves_spec)")
     p.add_argument("--output", required=True, help="PNG")
-    p.set_defaults(func=_cli_training_curves)
-    p = subparsers.add_parser("table-figure", help=cli.COMMANDS["table-figure"].summary)
+    p = cli.add_command(subparsers, "table-figure", _cli_table_figure)
     cli.add_json(p, "--spec", "the table's config entry")
     p.add_argument("--table", required=True, help="the table's CSV (pseudopairs table)")
     p.add_argument("--output", required=True, help="PNG")
-    p.set_defaults(func=_cli_table_figure)

@@ -506,7 +506,7 @@ def _cli_page(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("report-page", help=cli.COMMANDS["report-page"].summary)
+    p = cli.add_command(subparsers, "report-page", _cli_page)
     p.add_argument("--output", required=True, help="the HTML page")
     p.add_argument("--title", default=None, help="default: the one table's title, else 'Results'")
     cli.add_json(p, "--specs", "the config's tables section (titles, kinds, languages)", required=False)
@@ -518,4 +518,3 @@ def register_cli(subparsers) -> None:
     p.add_argument("--image", nargs=2, action="append", default=[], metavar=("CAPTION", "PNG"),
                    help="a figure to embed")
     p.add_argument("--note", default="", help="a sentence about this run, shown under the title")
-    p.set_defaults(func=_cli_page)

@@ -181,8 +181,7 @@ def _cli_method_check(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("method-check", help=cli.COMMANDS["method-check"].summary)
+    p = cli.add_command(subparsers, "method-check", _cli_method_check)
     cli.add_json(p, "--spec", "the method_check section with its metrics files (experiments.method_check_spec)")
     p.add_argument("--output", required=True, help="method_check.csv")
     p.add_argument("--runs", default=None, help="training_runs.csv: how each table's training run ended")
-    p.set_defaults(func=_cli_method_check)

@@ -218,8 +218,7 @@ def _cli_rounds_summary(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("rounds-summary", help=cli.COMMANDS["rounds-summary"].summary)
+    p = cli.add_command(subparsers, "rounds-summary", _cli_rounds_summary)
     cli.add_json(p, "--spec", "the chain's rounds with their files (rounds.summary_spec)")
     p.add_argument("--output", required=True, help="rounds_{chain}.csv")
     p.add_argument("--figure", required=True, help="rounds_{chain}.png")
-    p.set_defaults(func=_cli_rounds_summary)

@@ -21,9 +21,8 @@ def _cli_pseudopair_stats(args) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("pseudopair-stats", help=cli.COMMANDS["pseudopair-stats"].summary)
+    p = cli.add_command(subparsers, "pseudopair-stats", _cli_pseudopair_stats)
     cli.add_json(p, "--spec", "the sets, seeds and their files (experiments.pseudopair_stats_spec)")
     p.add_argument("--output", required=True, help="pseudopair_stats.csv")
     p.add_argument("--plot", required=True, help="caption-use plot (PNG)")
     p.add_argument("--histogram", required=True, help="similarity histograms (PNG)")
-    p.set_defaults(func=_cli_pseudopair_stats)

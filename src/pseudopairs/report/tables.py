@@ -314,16 +314,14 @@ def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("table", help=cli.COMMANDS["table"].summary)
+    p = cli.add_command(subparsers, "table", _cli_table)
     p.add_argument("--name", required=True)
     cli.add_json(p, "--spec", "the table's config entry with its metrics files (experiments.table_spec)")
     p.add_argument("--output", required=True)
-    p.set_defaults(func=_cli_table)
-    p = subparsers.add_parser("tables-markdown", help=cli.COMMANDS["tables-markdown"].summary)
+    p = cli.add_command(subparsers, "tables-markdown", _cli_markdown)
     cli.add_json(p, "--specs", "the config's tables section")
     p.add_argument("--output", required=True)
     p.add_argument("--pseudopair-stats", default=None, help="results/pseudopair_stats.csv to render too")
     p.add_argument("--method-check", default=None, help="results/method_check.csv to render too")
     p.add_argument("--training-runs", default=None, help="results/training_runs.csv: one line on how training ended")
     p.add_argument("tables", nargs="+")
-    p.set_defaults(func=_cli_markdown)

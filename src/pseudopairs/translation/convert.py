@@ -193,8 +193,7 @@ def _cmd_convert_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "convert-mt", help=cli.COMMANDS["convert-mt"].summary,
+    p = cli.add_command(subparsers, "convert-mt", _cmd_convert_mt,
         description="Convert an OpenNMT-py Transformer checkpoint (3.x layout, or a 1.x/2.x one, "
                     "which is re-saved first) with CTranslate2's OpenNMT-py converter into a "
                     "self-contained model directory.")
@@ -208,4 +207,3 @@ def register_cli(subparsers) -> None:
     p.add_argument("--target-tokenizer", default=None, help="target SentencePiece model")
     p.add_argument("--model-id", default=None,
                    help="identifier recorded with every translation (default: checkpoint name + SHA-256 prefix)")
-    p.set_defaults(func=_cmd_convert_mt)

@@ -107,8 +107,7 @@ def _cmd_score_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "score-mt", help=cli.COMMANDS["score-mt"].summary,
+    p = cli.add_command(subparsers, "score-mt", _cmd_score_mt,
         description="Translate a test set's source side with a converted model (convert-mt) and "
                     "the translation.translate settings translate-captions uses (beam size, length "
                     "penalty, truncation, compute type), and score it with sacreBLEU against the "
@@ -124,4 +123,3 @@ def register_cli(subparsers) -> None:
                         "the source file name without its language suffix)")
     p.add_argument("--hypotheses", default=None,
                    help="also write the translations here, one per line (.gz: gzip-compressed)")
-    p.set_defaults(func=_cmd_score_mt)

@@ -272,8 +272,7 @@ def _cmd_train_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "train-mt", help=cli.COMMANDS["train-mt"].summary,
+    p = cli.add_command(subparsers, "train-mt", _cmd_train_mt,
         description="Train a small Transformer encoder-decoder with a shared SentencePiece model on "
                     "parallel plain-text files and save it as an OpenNMT-py checkpoint, with the "
                     "validation BLEU in bleu.json. Every checkpoint_every updates the training "
@@ -290,4 +289,3 @@ def register_cli(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads, overriding the settings' threads (results depend on it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_train_mt)

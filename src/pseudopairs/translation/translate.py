@@ -465,8 +465,7 @@ Two kinds of input (--captions):
 
 
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "translate-captions", help=cli.COMMANDS["translate-captions"].summary,
+    p = cli.add_command(subparsers, "translate-captions", _cmd_translate_captions,
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="converted model directory (convert-mt)")
     p.add_argument("--captions", required=True,
@@ -487,4 +486,3 @@ def register_cli(subparsers) -> None:
     p.add_argument("--sidecar", default=None, help="JSON sidecar (default: the output with suffix .json)")
     p.add_argument("--chunk-dir", default=None, help="resumable chunks (default: {output}.chunks/)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_translate_captions)

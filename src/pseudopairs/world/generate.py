@@ -230,14 +230,15 @@ def _cli_world(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cli_world_parallel(args: argparse.Namespace) -> None:
+    print(json.dumps(write_parallel_text(args.settings, Path(args.out_root))))
+
+
 def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("world", help=cli.COMMANDS["world"].summary, description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.add_command(subparsers, "world", _cli_world, description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_json(p, "--settings", "the config's world section")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
-    p.set_defaults(func=_cli_world)
-    p = subparsers.add_parser("world-parallel", help=cli.COMMANDS["world-parallel"].summary)
+    p = cli.add_command(subparsers, "world-parallel", _cli_world_parallel)
     cli.add_json(p, "--settings", "the config's world section (with parallel)")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
-    p.set_defaults(func=lambda args: print(json.dumps(write_parallel_text(args.settings,
-                                                                          Path(args.out_root)))))

@@ -51,6 +51,16 @@ class Param:
         return self.kind(value)
 
 
+def whole_number(name: str, default: int, *, neighbourhood: bool = False) -> Param:
+    """A parameter that is a positive whole number (``neighbourhood``: a count of neighbours)."""
+    return Param(name, default, int, 1, "a positive whole number", neighbourhood=neighbourhood)
+
+
+def positive_number(name: str, default: float) -> Param:
+    """A parameter that is a positive finite number (a temperature such as β)."""
+    return Param(name, default, float, 0.0, "a positive finite number", low_open=True)
+
+
 @dataclass(frozen=True)
 class Criterion:
     name: str

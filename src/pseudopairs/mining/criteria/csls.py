@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pseudopairs.mining.criteria import Criterion, Param, register
+from pseudopairs.mining.criteria import Criterion, whole_number, register
 from pseudopairs.mining.search import (argmax_reference, column_offset_error, knearest_means,
                                        knearest_means_reference, subtract_columns, transformed_argmax)
 
@@ -26,7 +26,7 @@ def reference(cos: np.ndarray, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 register(Criterion(
     name="csls", search=search, reference=reference,
-    params=(Param("k", 10, int, 1, "a positive whole number", neighbourhood=True),),
+    params=(whole_number("k", 10, neighbourhood=True),),
     summary="cross-domain similarity local scaling (Conneau et al. 2018)",
     definition="argmax_d (2·cos(q, d) − r_q(q)) − r_d(d), r_q = mean cosine of q's k nearest "
                "database rows, r_d = mean cosine of d's k nearest queries; score = that value"))

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pseudopairs.mining.criteria import Criterion, Param, register
+from pseudopairs.mining.criteria import Criterion, positive_number, whole_number, register
 from pseudopairs.mining.criteria import inverted_softmax as isf
 from pseudopairs.mining.search import exact_topk
 from pseudopairs.similarity import WindowTopK
@@ -88,8 +88,8 @@ def reference(cos: np.ndarray, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 register(Criterion(
     name="dynamic_inverted_softmax", search=search, reference=reference,
-    params=(Param("beta", DEFAULT_BETA, float, 0.0, "a positive finite number", low_open=True),
-            Param("k", DEFAULT_K, int, 1, "a positive whole number")),
+    params=(positive_number("beta", DEFAULT_BETA),
+            whole_number("k", DEFAULT_K)),
     summary="dynamic inverted softmax (QB-Norm, Bogolin et al. 2022), the queries as the bank",
     definition="inverted_softmax's argmax_d β·cos(q, d) − L(d) for queries whose nearest database "
                "row is in another query's top-k (the activation set, leave-one-out), else the "

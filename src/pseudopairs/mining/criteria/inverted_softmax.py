@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pseudopairs.mining.criteria import Criterion, Param, register
+from pseudopairs.mining.criteria import Criterion, positive_number, register
 from pseudopairs.mining.search import (argmax_reference, column_offset_error, subtract_columns,
                                        transformed_argmax)
 from pseudopairs.similarity import ColumnLogSumExp, duplicate_groups
@@ -60,7 +60,7 @@ def reference(cos: np.ndarray, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 register(Criterion(
     name="inverted_softmax", search=search, reference=reference,
-    params=(Param("beta", DEFAULT_BETA, float, 0.0, "a positive finite number", low_open=True),),
+    params=(positive_number("beta", DEFAULT_BETA),),
     summary="inverted softmax (Smith et al. 2017)",
     definition="argmax_d β·cos(q, d) − log Σ_q' exp(β·cos(q', d)); score = that log probability "
                "(the normaliser accumulated from float32 scores within a proven bound)"))

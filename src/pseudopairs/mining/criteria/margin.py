@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pseudopairs.mining.criteria import Criterion, Param, register
+from pseudopairs.mining.criteria import Criterion, whole_number, register
 from pseudopairs.mining.search import (argmax_reference, device_copies, knearest_means,
                                        knearest_means_reference, transformed_argmax)
 from pseudopairs.similarity import U32, is_tensor
@@ -64,7 +64,7 @@ def reference(cos: np.ndarray, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 register(Criterion(
     name="margin", search=search, reference=reference,
-    params=(Param("k", 4, int, 1, "a positive whole number", neighbourhood=True),),
+    params=(whole_number("k", 4, neighbourhood=True),),
     summary="ratio margin (Artetxe & Schwenk 2019)",
     definition="argmax_d cos(q, d) / (0.5·(r_q(q) + r_d(d))) with the k-nearest means of csls; "
                "needs r_q + r_d > 0; score = the ratio"))
