@@ -727,3 +727,21 @@ def test_a_language_of_the_translation_portion_validates_and_tests_on_its_own_ta
     assert result["portion_retrieval"]["fr"] == pytest.approx(expected)
     # English of the portion: one caption per image, not the five of the comparable table
     assert result["portion_retrieval"]["en"] != pytest.approx(result["retrieval"]["en"])
+
+
+def test_training_benchmark_replays_the_trainers_batches_and_prints_its_ratio():
+    """benchmarks/training.py times a bare loop over the batches an identical Trainer draws
+    (Trainer.next_batch, the sampled objective's own draw); it broke once when that draw moved.
+    Runs it at the demo shapes, 4 updates, on the CPU, and reads its printed ratios."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "training.py"
+    out = subprocess.run([sys.executable, str(bench), "--preset", "demo", "--device", "cpu",
+                          "--updates", "4", "--warmup", "1", "--blocks", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ratios = [float(line.split(":")[1].split()[0]) for line in out.stdout.splitlines()
+              if line.startswith("ratio")]
+    assert len(ratios) == 2 and all(r > 0 for r in ratios), out.stdout

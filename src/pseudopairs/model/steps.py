@@ -51,9 +51,7 @@ def train_step(model: RankingModel, optimizer: torch.optim.Optimizer, batch: C2I
 
 
 def sampled_step(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
-    task, name = trainer.sampler.draw(c2c_enabled=trainer.c2c_enabled)
-    key = (task, name)
-    batch = trainer.data[key].batch(trainer.streams[key].next())
+    task, name, batch = trainer.next_batch()
     settings = trainer.settings
     loss = train_step(trainer.model, trainer.optimizer,
                       batch.to(trainer.device, non_blocking=trainer.device.type == "cuda"),

@@ -58,7 +58,8 @@ from tqdm import tqdm
 
 from pseudopairs import cli
 from pseudopairs.io import write_json_atomic, write_text_atomic
-from pseudopairs.model.batches import BatchStream, C2CData, C2IData, TaskSampler, stream_rng
+from pseudopairs.model.batches import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, TaskSampler,
+                                       stream_rng)
 from pseudopairs.model.checkpoints import (CHECKPOINT_FORMAT, STATE_FORMAT, cpu_state, load_model,
                                            rng_states, save_atomic, seed_everything, set_rng_states)
 from pseudopairs.model.encode import validate
@@ -131,6 +132,13 @@ class Trainer:
 
     def step(self) -> tuple[str, str, torch.Tensor]:
         return self.objective(self)
+
+    def next_batch(self) -> tuple[str, str, C2IBatch | C2CBatch]:
+        """The sampled objective's next (task, data set, batch), on the CPU: one draw of the
+        task sampler, then of that data set's batch stream (benchmarks/training.py replays it)."""
+        task, name = self.sampler.draw(c2c_enabled=self.c2c_enabled)
+        key = (task, name)
+        return task, name, self.data[key].batch(self.streams[key].next())
 
     def note_c2i_loss(self, loss: torch.Tensor) -> None:
         """The c2c warm-up (module docstring): an objective reports each update's c2i loss (of one
