@@ -82,6 +82,45 @@ def test_the_shipped_method_check_names_the_papers_14_effects_and_the_pseudopair
     assert "en_de_coco_c2c_mt" in spec["runs"] and "coco" in spec["runs"]
 
 
+def test_each_comparison_averages_over_the_seeds_of_its_table(tmp_path):
+    # a and b are rows of t1 (seeds 1, 2) and of t3 (seeds 1-4): the check compares what each shows
+    tables = {"t1": {"kind": "retrieval", "langs": ["en"], "seeds": [1, 2], "rows": [
+                  {"label": "A", "experiment": "a", "paper": {"en": [1, 1, 300.0]}},
+                  {"label": "B", "experiment": "b", "paper": {"en": [1, 1, 310.0]}}]},
+              "t3": {"kind": "retrieval", "langs": ["en"], "seeds": [1, 2, 3, 4], "rows": [
+                  {"label": "A", "experiment": "a", "paper": {"en": [1, 1, 300.0]}},
+                  {"label": "B", "experiment": "b", "paper": {"en": [1, 1, 310.0]}}]}}
+    values = {"a": [100, 102, 100, 102], "b": [101, 105, 106, 106]}
+    metrics = {name: {str(s): _metrics(tmp_path, name, s, en=v) for s, v in enumerate(vs, 1)}
+               for name, vs in values.items()}
+    effect = {"metric": "en", "better": "b", "worse": "a"}
+    spec = {"min_t": 2.0, "tables": tables, "metrics": metrics, "pseudopairs": [],
+            "effects": [{"table": "t1", **effect}, {"table": "t3", **effect}]}
+    t1, t3 = method_check(spec).itertuples()
+    # seeds 1, 2: b 101, 105 (mean 103, var 8); a 100, 102 (mean 101, var 2): t = 2 / sqrt(5)
+    assert (t1.n_better, t1.ours_delta, t1.holds) == (2, 2.0, "no")
+    assert t1.welch_t == pytest.approx(2.0 / math.sqrt(8 / 2 + 2 / 2))
+    # seeds 1-4: b mean 104.5 (var 5.667), a mean 101 (var 1.333): t = 3.5 / sqrt(1.75) = 2.65
+    assert (t3.n_better, t3.ours_delta, t3.holds) == (4, 3.5, "yes")
+    assert t3.welch_t == pytest.approx(3.5 / math.sqrt((17 / 3) / 4 + (4 / 3) / 4))
+    del metrics["a"]["4"]
+    with pytest.raises(ValueError, match=r"t3 averages over seeds \[1, 2, 3, 4\], but the spec has no "
+                                         r"metrics of 'a' for seeds \[4\]"):
+        method_check(spec)
+
+
+def test_the_spec_reads_each_effect_at_the_seeds_of_its_table():
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+    config["tables"]["table3"]["seeds"] = [1, 2, 3, 4, 5, 6]
+    spec = ex.method_check_spec(check_config(config))
+    assert spec["tables"]["table3"]["seeds"] == [1, 2, 3, 4, 5, 6]
+    assert spec["tables"]["table1"]["seeds"] == [1, 2, 3]
+    # en_de_c2c is compared in Table 3 (six seeds) and Tables 1, 2, 7 (three): its six runs are inputs
+    assert list(spec["metrics"]["en_de_c2c"]) == ["1", "2", "3", "4", "5", "6"]
+    assert list(spec["metrics"]["en"]) == ["1", "2", "3"]
+    assert "results/models/en_de_coco_c2c/seed6/metrics.json" in ex.method_check_inputs(check_config(config))
+
+
 def test_an_effect_naming_a_row_the_table_lacks_fails_the_config_check():
     config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
     config["method_check"]["effects"][0]["better"] = "de_coco"

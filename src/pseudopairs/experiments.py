@@ -434,22 +434,25 @@ def uses_pseudopairs(config: dict, name: str) -> bool:
 def method_check_spec(config: dict) -> dict[str, Any]:
     """The ``method-check`` step's input: the ``method_check`` section, the tables it names, the
     rows of each pseudopair table that train on pseudopairs, and the ``metrics.json`` of every
-    experiment involved, per seed (experiment -> seed -> path; the rule's inputs)."""
+    experiment involved, per seed (experiment -> seed -> path; the rule's inputs) for the seeds of
+    the tables it is compared in (each table in the spec carries its resolved ``seeds``)."""
     section = config.get("method_check", {})
     pseudopairs = [{**entry, "rows": [name for name in table_experiments(config, entry["table"])
                                       if uses_pseudopairs(config, name)]}
                    for entry in section.get("pseudopairs", [])]
-    names: list[str] = []
-    for effect in section.get("effects", []):
-        names += [effect["worse"], effect["better"]]
-    for entry in pseudopairs:
-        names += [entry["source"], entry["control"], *entry["rows"]]
-    names = list(dict.fromkeys(names))
+    # each comparison averages over the seeds of the table it is read from (table_seeds)
+    seeds: dict[str, list[int]] = {}
+    for table, names in ([(e["table"], [e["worse"], e["better"]]) for e in section.get("effects", [])]
+                         + [(e["table"], [e["source"], e["control"], *e["rows"]]) for e in pseudopairs]):
+        for name in names:
+            seeds.setdefault(name, [])
+            seeds[name] += [seed for seed in table_seeds(config, table) if seed not in seeds[name]]
     tables = sorted({e["table"] for e in section.get("effects", [])} | {e["table"] for e in pseudopairs})
     return {"min_t": section.get("min_t", 2.0), "effects": list(section.get("effects", [])),
-            "pseudopairs": pseudopairs, "tables": {t: config["tables"][t] for t in tables},
-            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in config["seeds"]}
-                        for name in names},
+            "pseudopairs": pseudopairs,
+            "tables": {t: {**config["tables"][t], "seeds": table_seeds(config, t)} for t in tables},
+            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in by_name}
+                        for name, by_name in seeds.items()},
             # every run of every table: how its training ended (training_runs.csv)
             "runs": {name: {str(seed): layout.metrics(name, seed) for seed in seeds}
                      for name, seeds in shown_models(config).items()}}

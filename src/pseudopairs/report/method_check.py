@@ -12,6 +12,10 @@ The config's ``method_check`` section declares, as data:
   data). The paper's pseudopair effects are small (−10.8 … +4.7 Sum): these rows report the
   difference and its t, and no sign is demanded (``holds`` is empty).
 
+Each comparison uses the runs its table shows: the seeds that table averages over (its ``seeds``,
+else the config's). Giving the tables of a near-threshold effect more seeds
+(``tables: {table3: {seeds: [1, 2, 3, 4, 5, 6]}}``) tests it with more runs, tables and check alike.
+
 Welch's t = (mean_b − mean_w) / sqrt(s_b²/n_b + s_w²/n_w) with sample standard deviations; with
 no spread at all it is ±inf (or NaN for no difference); fewer than two seeds on a side give NaN.
 """
@@ -70,19 +74,32 @@ def paper_value(table: dict, experiment: str, metric: str) -> float:
     return math.nan
 
 
-def _runs(spec: dict, experiment: str) -> list[dict]:
-    runs = []
+def _runs(spec: dict, experiment: str) -> dict[str, dict]:
+    runs = {}
     for seed, path in spec["metrics"][experiment].items():
         with reading(path, "a metrics.json file", fix="delete it and rerun its evaluate job"):
-            runs.append(json.loads(Path(path).read_text(encoding="utf-8")))
+            runs[str(seed)] = json.loads(Path(path).read_text(encoding="utf-8"))
     return runs
+
+
+def _table_runs(runs: dict, experiment: str, table_name: str, table: dict) -> list[dict]:
+    """``experiment``'s runs for the seeds ``table`` averages over (its ``seeds``; all runs given
+    when the table names none)."""
+    by_seed = runs[experiment]
+    if "seeds" not in table:
+        return list(by_seed.values())
+    missing = [seed for seed in table["seeds"] if str(seed) not in by_seed]
+    if missing:
+        raise ValueError(f"method check: {table_name} averages over seeds {table['seeds']}, but the "
+                         f"spec has no metrics of {experiment!r} for seeds {missing}")
+    return [by_seed[str(seed)] for seed in table["seeds"]]
 
 
 def _record(kind: str, table_name: str, table: dict, metric: str, better: str, worse: str,
             runs: dict, *, min_t: float | None) -> dict:
     langs = table.get("langs", [])
-    b = [metric_value(r, metric, langs=langs) for r in runs[better]]
-    w = [metric_value(r, metric, langs=langs) for r in runs[worse]]
+    b = [metric_value(r, metric, langs=langs) for r in _table_runs(runs, better, table_name, table)]
+    w = [metric_value(r, metric, langs=langs) for r in _table_runs(runs, worse, table_name, table)]
     paper_b, paper_w = paper_value(table, better, metric), paper_value(table, worse, metric)
     ours_delta = mean(b) - mean(w)
     t = welch_t(b, w)
