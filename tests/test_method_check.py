@@ -59,8 +59,8 @@ def test_effects_use_the_papers_delta_and_welch_t(tmp_path):
     assert vs_control["welch_t"] == pytest.approx(21.0 / math.sqrt(1 / 3))  # the control has no spread
     text = markdown_method_check(frame)
     assert "1 of 2 of the paper's large effects hold" in text
-    assert "| large effect | t1 | en | b > a | +10.5 | +9.0 | 7.0 | yes |" in text
-    assert "| pseudopairs vs control | t5 | sum_sum | p > c | – | +21.0 | 36.4 | · |" in text
+    assert "| large effect | t1 | en | b > a | +10.5 | +9.0 | 3 | 7.0 | yes |" in text
+    assert "| pseudopairs vs control | t5 | sum_sum | p > c | – | +21.0 | 3 | 36.4 | · |" in text
 
 
 def test_the_shipped_method_check_names_the_papers_14_effects_and_the_pseudopair_rows():
@@ -103,6 +103,9 @@ def test_each_comparison_averages_over_the_seeds_of_its_table(tmp_path):
     # seeds 1-4: b mean 104.5 (var 5.667), a mean 101 (var 1.333): t = 3.5 / sqrt(1.75) = 2.65
     assert (t3.n_better, t3.ours_delta, t3.holds) == (4, 3.5, "yes")
     assert t3.welch_t == pytest.approx(3.5 / math.sqrt((17 / 3) / 4 + (4 / 3) / 4))
+    text = markdown_method_check(method_check(spec))
+    assert "| large effect | t1 | en | b > a | +10.0 | +2.0 | 2 | 0.9 | no |" in text
+    assert "| large effect | t3 | en | b > a | +10.0 | +3.5 | 4 | 2.6 | yes |" in text
     del metrics["a"]["4"]
     with pytest.raises(ValueError, match=r"t3 averages over seeds \[1, 2, 3, 4\], but the spec has no "
                                          r"metrics of 'a' for seeds \[4\]"):

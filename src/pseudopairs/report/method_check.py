@@ -172,16 +172,19 @@ def markdown_method_check(frame: pd.DataFrame) -> str:
     held = int((large["holds"] == "yes").sum())
     lines = ["## Method check: the paper's effects in this run", "",
              f"{held} of {len(large)} of the paper's large effects hold (better > worse with Welch's "
-             "t over seeds ≥ the configured minimum). Pseudopair rows: "
+             "t over the seeds of its table ≥ the configured minimum). Pseudopair rows: "
              "difference and t against their source and the fine-tuning control (the paper's "
              "pseudopair effects are small; no sign is demanded).", "",
-             "| kind | table | metric | better > worse | paper Δ | ours Δ | Welch t | holds |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| kind | table | metric | better > worse | paper Δ | ours Δ | seeds | Welch t | holds |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for _, row in frame.iterrows():
         t = row["welch_t"]
         t_text = "–" if pd.isna(t) else ("∞" if math.isinf(t) and t > 0 else "−∞" if math.isinf(t) else f"{t:.1f}")
+        n_b, n_w = int(row["n_better"]), int(row["n_worse"])
+        seeds = str(n_b) if n_b == n_w else f"{n_b}/{n_w}"
         lines.append(f"| {row['kind']} | {row['table']} | {row['metric']} | {row['better']} > {row['worse']} "
-                     f"| {num(row['paper_delta'])} | {num(row['ours_delta'])} | {t_text} | {row['holds'] or '·'} |")
+                     f"| {num(row['paper_delta'])} | {num(row['ours_delta'])} | {seeds} | {t_text} "
+                     f"| {row['holds'] or '·'} |")
     return "\n".join(lines) + "\n"
 
 
