@@ -416,9 +416,16 @@ def table_inputs(config: dict, table: str) -> list[str]:
 def shown_models(config: dict) -> dict[str, list[int]]:
     """Every experiment any table shows, with the seeds those tables average over (a table's own
     ``seeds``, else the config's; the union where tables differ)."""
+    return seeds_by_experiment(config, [(table, table_experiments(config, table))
+                                        for table in config.get("tables", {})])
+
+
+def seeds_by_experiment(config: dict, groups: list[tuple[str, list[str]]]) -> dict[str, list[int]]:
+    """Each experiment named in ``groups`` (``(table, experiments)`` pairs) with the seeds of the
+    tables it appears in (:func:`table_seeds`; the union, in first-seen order)."""
     models: dict[str, list[int]] = {}
-    for table in config.get("tables", {}):
-        for name in table_experiments(config, table):
+    for table, names in groups:
+        for name in names:
             seeds = models.setdefault(name, [])
             seeds += [seed for seed in table_seeds(config, table) if seed not in seeds]
     return models
@@ -440,19 +447,16 @@ def method_check_spec(config: dict) -> dict[str, Any]:
     pseudopairs = [{**entry, "rows": [name for name in table_experiments(config, entry["table"])
                                       if uses_pseudopairs(config, name)]}
                    for entry in section.get("pseudopairs", [])]
-    # each comparison averages over the seeds of the table it is read from (table_seeds)
-    seeds: dict[str, list[int]] = {}
-    for table, names in ([(e["table"], [e["worse"], e["better"]]) for e in section.get("effects", [])]
-                         + [(e["table"], [e["source"], e["control"], *e["rows"]]) for e in pseudopairs]):
-        for name in names:
-            seeds.setdefault(name, [])
-            seeds[name] += [seed for seed in table_seeds(config, table) if seed not in seeds[name]]
+    # each comparison averages over the seeds of the table it is read from
+    compared = seeds_by_experiment(
+        config, [(e["table"], [e["worse"], e["better"]]) for e in section.get("effects", [])]
+        + [(e["table"], [e["source"], e["control"], *e["rows"]]) for e in pseudopairs])
     tables = sorted({e["table"] for e in section.get("effects", [])} | {e["table"] for e in pseudopairs})
     return {"min_t": section.get("min_t", 2.0), "effects": list(section.get("effects", [])),
             "pseudopairs": pseudopairs,
             "tables": {t: {**config["tables"][t], "seeds": table_seeds(config, t)} for t in tables},
-            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in by_name}
-                        for name, by_name in seeds.items()},
+            "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in seeds}
+                        for name, seeds in compared.items()},
             # every run of every table: how its training ended (training_runs.csv)
             "runs": {name: {str(seed): layout.metrics(name, seed) for seed in seeds}
                      for name, seeds in shown_models(config).items()}}
