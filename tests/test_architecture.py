@@ -1,4 +1,4 @@
-"""The shape of the code (issue 17): stage subpackages, small modules and functions, no import
+"""The shape of the code: stage subpackages, small modules and functions, no import
 cycle, one registry per extension point that everything reads, one settings mechanism that the
 schema agrees with, and a workflow usable as a Snakemake module from another directory."""
 
@@ -92,7 +92,7 @@ def test_no_import_cycle():
         if module not in state:
             visit(module)
     assert not cycles, [" -> ".join(c) for c in cycles]
-    # the cycle issue 17 found: mining and its statistics no longer import each other
+    # a former cycle: mining and its statistics no longer import each other
     assert "pseudopairs.mining.step" not in edges["pseudopairs.mining.statistics"]
 
 

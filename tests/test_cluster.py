@@ -1,4 +1,4 @@
-"""Running on a cluster (issue 16): the rules declare every resource a job asks for -- memory and
+"""Running on a cluster: the rules declare every resource a job asks for -- memory and
 walltime (x attempt), GPUs, and the SLURM placement from config `resources.slurm` -- so neither
 the profile nor the command line has to repeat them; train + evaluate of a model are one group
 job; `--config KEY=VALUE` values are typed; the software comes as pinned conda environments and

@@ -368,7 +368,7 @@ def test_cli_score_translation(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# metrics.json inputs (pseudopairs.metrics): caption rows and translation pairs
+# metrics.json inputs (pseudopairs.evaluation.step): caption rows and translation pairs
 # ---------------------------------------------------------------------------------------------
 
 

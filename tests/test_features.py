@@ -260,7 +260,7 @@ def test_resnet18_features_match_a_plain_torchvision_forward(tmp_path):
 
 
 def test_shards_of_changed_image_files_are_not_reused(tmp_path, monkeypatch, memoised_models):
-    """Issue 16's probe: a job killed after one shard, the images then regenerated (another world
+    """A hostile probe: a job killed after one shard, the images then regenerated (another world
     seed: same ids and paths, new pixels), and the job rerun must not mix the old features in."""
     frame = make_images(tmp_path / "img", 6)
     images = write_list(frame, tmp_path / "list.parquet")

@@ -1,4 +1,4 @@
-"""Tests for pseudopairs.hubness: hand-computed diagnostics of database use."""
+"""Tests for pseudopairs.mining.statistics: hand-computed diagnostics of database use."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The report's HTML pages (issue 16): the tables as HTML (ours as mean ± sd, the paper's number
+"""The report's HTML pages: the tables as HTML (ours as mean ± sd, the paper's number
 beside, † on rows beyond the paper), any CSV with paper columns, the §7.2 statistics, charts; and
 a real `snakemake --report` of a tiny run, opened in headless Chromium."""
 

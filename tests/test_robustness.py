@@ -1,4 +1,4 @@
-"""Issue 16's hostile probes, each a test: shell interpolation, unreadable inputs, a full disk,
+"""Hostile probes, each a test: shell interpolation, unreadable inputs, a full disk,
 degenerate caption tables, and settings that only the data can refute (checked at DAG time)."""
 
 from __future__ import annotations

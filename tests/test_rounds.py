@@ -1,4 +1,4 @@
-"""Iterated bootstrapping (issue 15): a ``rounds:`` chain expands into ordinary config entries;
+"""Iterated bootstrapping: a ``rounds:`` chain expands into ordinary config entries;
 the per-chain summary (validation and test scores, §7.2 shares, overlap with the previous round,
 the validation stop rule) and its figure on a hand case; the demo's chains in the DAG."""
 

@@ -1,4 +1,4 @@
-"""The reverse direction (issue 15): German M30K captions as the queries, English COCO captions as
+"""The reverse direction: German M30K captions as the queries, English COCO captions as
 the database, so the M30K images get pseudo-English captions and De + COCO gets c2c pairs. Mining,
 the caption table built from the pairs, training on it (c2i and c2c), the config checks, the
 statistics and the DAG are checked for this direction (they were written with COCO queries)."""

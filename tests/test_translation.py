@@ -1,4 +1,4 @@
-"""Tests of the translation step (pseudopairs.translation, pseudopairs.mt_model): a tiny
+"""Tests of the translation step (pseudopairs.translation): a tiny
 Transformer memorises a dozen demo-world sentence pairs, is saved in the OpenNMT-py layout,
 converted by CTranslate2's own converter and used to translate caption tables. CPU, one thread,
 no network."""

@@ -168,7 +168,7 @@ IMAGE_COLUMNS = ["image_id", "path"]
 
 
 def read_captions(path: str | os.PathLike, *, lang: str | None = None) -> pd.DataFrame:
-    """Read a caption table (DESIGN §4), optionally keeping one language; row order is kept."""
+    """Read a caption table, optionally keeping one language; row order is kept."""
     with reading(path, "a caption table (Parquet)"):
         frame = pd.read_parquet(path)
     missing = [c for c in RAW_CAPTION_COLUMNS if c not in frame.columns]

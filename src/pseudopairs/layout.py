@@ -1,5 +1,6 @@
-"""Where every file between steps lives (DESIGN §4). Rules and package code both use these, so a
-path is spelled in exactly one place. All paths are relative to the working directory."""
+"""Where every file between steps lives (docs/architecture.md, "Files between steps"). Rules and
+package code both use these, so a path is spelled in exactly one place. All paths are relative to
+the working directory."""
 
 from __future__ import annotations
 

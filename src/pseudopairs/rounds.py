@@ -1,4 +1,4 @@
-"""Iterated bootstrapping as data (beyond the paper; issue 15): a config ``rounds`` entry expands
+"""Iterated bootstrapping as data (beyond the paper): a config ``rounds`` entry expands
 into a chain of ordinary pseudopair sets, data sets, experiments and a table, so every round is
 mined, trained, evaluated and described by the same rules as the paper's single round.
 

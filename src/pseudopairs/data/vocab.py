@@ -1,5 +1,5 @@
 """Vocabulary: one table for all languages (same word form = same row), built from training
-captions only; words seen fewer than ``min_count`` times map to UNK (paper §3.1; DESIGN §1).
+captions only; words seen fewer than ``min_count`` times map to UNK (paper §3.1).
 
 JSON layout: ``{"min_count": 4, "pad": "<pad>", "unk": "<unk>", "words": [...], "counts": {...}}``;
 a word's id is its position in ``words`` (PAD = 0, UNK = 1).

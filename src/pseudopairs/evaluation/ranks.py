@@ -1,4 +1,4 @@
-"""Exact retrieval ranks (paper §3.3, §7.1; DESIGN §1 "Evaluation"); the metrics computed from
+"""Exact retrieval ranks (paper §3.3, §7.1); the metrics computed from
 them are in :mod:`pseudopairs.evaluation.metrics`.
 
 Image–caption retrieval on a test split:

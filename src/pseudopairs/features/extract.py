@@ -1,5 +1,5 @@
 """The ``features`` step — image features: ResNet average-pool vectors (2048-d ResNet50 in the
-paper; ``features.arch``) for every image of an image list (paper §3.1; DESIGN §1, §4).
+paper; ``features.arch``) for every image of an image list (paper §3.1).
 
 Preprocessing follows the Multi30K feature extractor: convert to RGB, resize the shorter side to
 ``resize`` (256 in the paper), centre-crop ``crop`` (224), ImageNet mean/std normalisation. The

@@ -1,4 +1,4 @@
-"""The ``pretrain-features`` step — the demo world's stand-in for ImageNet pretraining (DESIGN §5):
+"""The ``pretrain-features`` step — the demo world's stand-in for ImageNet pretraining:
 a torchvision ResNet (``features.arch``) trained from scratch to recognise what the world's scenes
 show; the ``features`` step then uses its state dict exactly like ImageNet weights
 (``features.weights`` = the file written here, ``results/features/pretrained/{arch}.pt``).

@@ -1,5 +1,5 @@
 """Training data: caption sets, c2i / c2c data sets, batch streams and the task sampler
-(paper §2; DESIGN §1).
+(paper §2).
 
 - A *caption set* is one language of a prepared caption table, tokenised with the shared
   vocabulary, each caption tied to its image's row in a features file. Captions whose image is

@@ -1,4 +1,4 @@
-"""The image–sentence ranking model (paper §2, §3.1; DESIGN §1); its loss is in
+"""The image–sentence ranking model (paper §2, §3.1); its loss is in
 :mod:`pseudopairs.model.losses`.
 
 - image side: stored 2048-d ResNet50 features → one trained affine layer → ``joint_dim``;

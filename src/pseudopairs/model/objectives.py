@@ -1,7 +1,7 @@
 """Training objectives: what one update computes. One registry entry each (config key
 ``training.objective``).
 
-``sampled`` (papers 000 and 004; DESIGN §1): each update draws a task — c2c with probability
+``sampled`` (papers 000 and 004): each update draws a task — c2c with probability
 ``c2c_probability`` when the experiment has c2c data sets (and the c2c warm-up, if any, has
 ended), else c2i — then a data set of that task uniformly and the next batch of its stream, and
 takes one optimiser step on the ranking loss of that batch.

@@ -1,4 +1,4 @@
-"""Multi-task training of the ranking model (paper §2, §3.1; DESIGN §1) — the ``train`` step.
+"""Multi-task training of the ranking model (paper §2, §3.1) — the ``train`` step.
 
 Each update runs the run's training objective (:mod:`pseudopairs.model.objectives`; ``sampled``:
 draw a task — c2c with probability ``c2c_probability`` when the experiment has c2c data sets,

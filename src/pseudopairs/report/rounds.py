@@ -1,4 +1,4 @@
-"""Iterated bootstrapping, one summary per chain (beyond the paper; issue 15):
+"""Iterated bootstrapping, one summary per chain (beyond the paper):
 ``results/rounds_{chain}.csv`` and ``results/figures/rounds_{chain}.png`` from each round's
 ``metrics.json`` and pairs (:func:`pseudopairs.rounds.summary_spec` lists them).
 

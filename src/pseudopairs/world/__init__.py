@@ -1,4 +1,4 @@
-"""The offline demo world (DESIGN §5): rendered scenes of coloured objects with English and German
+"""The offline demo world: rendered scenes of coloured objects with English and German
 captions from a grammar (and French and Czech translations in the task1-like set).
 
 Two corpora:

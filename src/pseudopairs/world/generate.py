@@ -138,7 +138,7 @@ def write_png_atomic(path: Path, img: Image.Image) -> None:
 
 
 def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Path) -> dict:
-    """Generate the whole world under ``out_root`` (see the module docstring and DESIGN §5):
+    """Generate the whole world under ``out_root`` (see the module docstring):
     PNGs, image lists, raw caption tables (m30k, m30k_task1, coco) and ``world/manifest.json``
     (written last). Returns a summary (counts, seconds, bytes)."""
     cfg = settings if isinstance(settings, WorldSettings) else WorldSettings.from_dict(settings)

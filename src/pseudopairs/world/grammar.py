@@ -1,4 +1,4 @@
-"""The caption grammar of the demo world (DESIGN §5), language-independent part.
+"""The caption grammar of the demo world, language-independent part.
 
 A caption is produced in two steps:
 
