@@ -1,0 +1,17 @@
+"""SMALR (paper 002, Burns et al. 2020, "Learning to Scale Multilingual Representations for
+Vision-Language Tasks") as a library of tested components (issue 28, first step). Not yet wired
+into the model, the registries or the workflow: docs/smalr.md lists what that takes.
+
+- :mod:`~pseudopairs.smalr.paper` — the numbers 002 states, and those our copy leaves blank;
+- :mod:`~pseudopairs.smalr.triplet` — Eq. (1) / Eq. (3): cosine triplet losses, top-K most
+  violated negatives;
+- :mod:`~pseudopairs.smalr.hem` — the Hybrid Embedding Model (§3.1): vocabulary split, PCA,
+  latent assignment, :class:`~pseudopairs.smalr.hem.HybridEmbedding`, parameter counts;
+- :mod:`~pseudopairs.smalr.hem_pretrain` — HEM's pretraining of the latent vocabulary (§3.1);
+- :mod:`~pseudopairs.smalr.mclm` — Masked Cross-Language Modelling (§3.2, §7.4);
+- :mod:`~pseudopairs.smalr.constraints` — MULE's constraints (§3.3): neighbourhood triplets,
+  the adversarial language classifier behind a gradient reversal, Eq. (3);
+- :mod:`~pseudopairs.smalr.clc` — Cross-Lingual Consistency (§3.4): CLC-A, CLC-C;
+- :mod:`~pseudopairs.smalr.fasttext` — FastText vectors: trained with gensim (optional extra
+  ``smalr``), and the reader/writer of ``.vec`` text files.
+"""

@@ -1,0 +1,219 @@
+"""SMALR's components (paper 002; issue 28, first step): each against a case worked out by hand in
+the comments — the triplet loss, HEM's vocabulary split, PCA, hard assignment and embedding rows,
+MCLM's masking and loss, MULE's constraints (gradient reversal), CLC-A / CLC-C, and the FastText
+vector files."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pseudopairs.smalr import paper
+from pseudopairs.smalr.hem import (PAD_ID, UNK_ID, HybridEmbedding, HybridVocabulary,
+                                   LatentAssigner, assign_vocabulary, fit_pca,
+                                   hybrid_parameter_count, parameter_count,
+                                   per_language_parameter_count, split_vocabulary)
+from pseudopairs.smalr.hem_pretrain import (PretrainSettings, pretrain_latent_assignment,
+                                            sentence_representations)
+from pseudopairs.smalr.triplet import (bidirectional_triplet_loss, group_triplet_loss,
+                                       triplet_loss_from_scores)
+
+torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------------------------
+# triplet loss (§3.1 Eq. 1)
+
+def _four_sentences():
+    # unit rows; cosines by hand: s01 = .6, s02 = .8, s03 = 0, s12 = s13 = s23 = .48
+    return torch.tensor([[1.0, 0, 0], [0.6, 0.8, 0], [0.8, 0, 0.6], [0, 0.6, 0.8]])
+
+
+def test_triplet_loss_top_k_by_hand():
+    # groups 0, 0, 1, 2: positive pairs (0,1) and (1,0); margin .2, hinge = .2 - s_ap + s_an
+    #   (0,1): negatives s02 = .8 → .4, s03 = 0 → 0      top-1: .4    top-2: (.4 + 0)/2 = .2
+    #   (1,0): negatives s12 = s13 = .48 → .08 each      top-1: .08   top-2: .08
+    #   sentences 2 and 3 have no positive: no triplet
+    x = _four_sentences()
+    groups = [0, 0, 1, 2]
+    assert float(group_triplet_loss(x, groups, margin=0.2, top_k=1)) == pytest.approx(0.24)
+    assert float(group_triplet_loss(x, groups, margin=0.2, top_k=2)) == pytest.approx(0.14)
+    # k above the number of negatives: the mean over the negatives there are
+    assert float(group_triplet_loss(x, groups, margin=0.2, top_k=50)) == pytest.approx(0.14)
+    # scaling a row does not change a cosine loss
+    y = x * torch.tensor([[2.0], [0.5], [3.0], [1.0]])
+    assert float(group_triplet_loss(y, groups, margin=0.2, top_k=1)) == pytest.approx(0.24)
+
+
+def test_triplet_loss_without_any_triplet_is_a_differentiable_zero():
+    x = _four_sentences().requires_grad_()
+    loss = group_triplet_loss(x, [0, 1, 2, 3], margin=0.2, top_k=3)
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and torch.all(x.grad == 0)
+
+
+def test_bidirectional_loss_weights_the_second_direction():
+    # 2 images × 2 sentences, scores by hand, margin .1, positives on the diagonal
+    #   images as anchors: row 0: .1 - .9 + .3 = -.5 → 0; row 1: .1 - .5 + .7 = .3 → mean .15
+    #   sentences as anchors (columns): col 0: .1 - .9 + .7 = -.1 → 0; col 1: .1 - .5 + .3 = -.1
+    #   → 0; so Eq. 3 = .15 + 1.5 · 0
+    scores = torch.tensor([[0.9, 0.3], [0.7, 0.5]])
+    eye = torch.eye(2, dtype=torch.bool)
+    loss = bidirectional_triplet_loss(scores, eye, margin=0.1, top_k=1, second_weight=1.5)
+    assert float(loss) == pytest.approx(0.15)
+    # margin .5: images: row 0 .5-.9+.3 = -.1 → 0; row 1 .5-.5+.7 = .7 → mean .35
+    #   sentences: col 0 .5-.9+.7 = .3; col 1 .5-.5+.3 = .3 → mean .3; total .35 + 1.5·.3 = .8
+    loss = bidirectional_triplet_loss(scores, eye, margin=0.5, top_k=1, second_weight=1.5)
+    assert float(loss) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="both a positive and a negative"):
+        triplet_loss_from_scores(scores, eye, eye, margin=0.1, top_k=1)
+
+
+# --------------------------------------------------------------------------------------------
+# HEM (§3.1)
+
+COUNTS = {"en": {"a": 5, "b": 3, "c": 3, "d": 1}, "de": {"x": 4, "y": 2}}
+
+
+def test_frequency_threshold_picks_the_language_specific_words():
+    specific, rest = split_vocabulary(COUNTS, specific_per_language=1)
+    assert specific == {"de": ("x",), "en": ("a",)}
+    assert rest == {"de": ("y",), "en": ("b", "c", "d")}
+    # two per language: b and c tie at 3, the alphabetical first wins
+    specific, rest = split_vocabulary(COUNTS, specific_per_language=2)
+    assert specific == {"de": ("x", "y"), "en": ("a", "b")}
+    assert rest == {"de": (), "en": ("c", "d")}
+    # 0: the Language-Agnostic model, every word latent
+    specific, rest = split_vocabulary(COUNTS, specific_per_language=0)
+    assert specific == {"de": (), "en": ()} and rest["en"] == ("a", "b", "c", "d")
+    with pytest.raises(ValueError, match="count 0"):
+        split_vocabulary({"en": {"a": 0}}, specific_per_language=1)
+
+
+def _hand_assigner() -> LatentAssigner:
+    # 3 latent tokens over 2-d features; scores = W f + bias
+    #   W = [[1, 0], [0, 1], [-1, -1]], bias = [0, .5, -1]
+    #   b = (1, 0):  ( 1, .5, -2) → 0      c = (0, 1):  (0, 1.5, -2) → 1
+    #   d = (1, 1):  ( 1, 1.5, -3) → 1     y = (-1, 0): (-1, .5,  0) → 1
+    #   token 2 is never the argmax: dropped, tokens 0, 1 kept in order
+    assigner = LatentAssigner(2, 3)
+    with torch.no_grad():
+        assigner.scorer.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [-1, -1]]))
+        assigner.scorer.bias.copy_(torch.tensor([0.0, 0.5, -1.0]))
+        assigner.latent.copy_(torch.tensor([[10.0, 0], [0, 20], [7, 7]]))
+    return assigner
+
+
+FEATURES = {"b": [1.0, 0], "c": [0.0, 1], "d": [1.0, 1], "y": [-1.0, 0],
+            "a": [0.1, 0.2], "x": [0.5, 0.5]}
+
+
+def _hand_vocabulary():
+    specific, rest = split_vocabulary(COUNTS, specific_per_language=1)
+    rest_features = {lang: (words, torch.tensor([FEATURES[w] for w in words]))
+                     for lang, words in rest.items()}
+    return specific, assign_vocabulary(specific, rest_features, _hand_assigner())
+
+
+def test_hard_assignment_of_a_tiny_vocabulary_by_hand():
+    specific, (vocab, kept) = _hand_vocabulary()
+    assert kept.tolist() == [0, 1]
+    assert vocab.latent_size == 2
+    assert vocab.latent == {"de": {"y": 1}, "en": {"b": 0, "c": 1, "d": 1}}
+    # ids: PAD 0, UNK 1, specific de:x 2, en:a 3, latent de:y 4, en:b 5, en:c 6, en:d 7
+    assert vocab.encode("en", "a b c d zz") == [3, 5, 6, 7, UNK_ID]
+    assert vocab.encode("de", "x y a") == [2, 4, UNK_ID]   # "a" is an English word only
+    # rows: specific ids read their own row; latent words row 2 + 2 specific + their token
+    assert vocab.rows().tolist() == [0, 1, 2, 3, 5, 4, 5, 5]
+    assert HybridVocabulary.from_json(vocab.to_json()) == vocab
+
+
+def test_hybrid_embedding_rows_by_hand():
+    specific, (vocab, kept) = _hand_vocabulary()
+    latent_rows = _hand_assigner().latent.detach()[kept]            # [[10, 0], [0, 20]]
+    features = {lang: torch.tensor([FEATURES[w] for w in words]) for lang, words in specific.items()}
+    embedding = HybridEmbedding.build(vocab, features, latent_rows)
+    ids = torch.tensor([vocab.encode("en", "a b c d zz") + [PAD_ID],
+                        vocab.encode("de", "x y") + [PAD_ID] * 4])
+    expected = torch.tensor([[[0.1, 0.2], [10, 0], [0, 20], [0, 20], [0, 0], [0, 0]],
+                             [[0.5, 0.5], [0, 20], [0, 0], [0, 0], [0, 0], [0, 0]]])
+    assert torch.allclose(embedding(ids), expected)
+    # the assignment is frozen (a buffer), the rows train: c and d share one row, so one step
+    # on c alone moves d too
+    assert [n for n, _ in embedding.named_buffers()] == ["row_of_id"]
+    embedding(torch.tensor([vocab.id_of("en", "c")])).sum().backward()
+    assert embedding.weight.grad[5].tolist() == [1.0, 1.0]
+    assert embedding.weight.grad.abs().sum() == 2.0
+
+
+def test_parameter_counts():
+    specific, (vocab, kept) = _hand_vocabulary()
+    features = {lang: torch.zeros(len(w), 2) for lang, w in specific.items()}
+    embedding = HybridEmbedding.build(vocab, features, torch.zeros(2, 2), output_dim=3)
+    # rows: PAD, UNK, 2 specific, 2 latent = 6 × 2 = 12; projection 2·3 + 3 = 9
+    assert parameter_count(embedding) == 21 == hybrid_parameter_count(2, 2, 2, 3)
+    # every word its own row: 2 + 6 words = 8 rows × 2 + 9
+    assert per_language_parameter_count({"en": 4, "de": 2}, 2, 3) == 25
+
+
+def test_pca_by_hand():
+    # centred points along (1, 1) (±2√2) and (1, -1) (±√2); variances 16/3 and 4/3 (n − 1 = 3);
+    # each component's largest-magnitude entry positive (a tie: the first entry)
+    x = np.array([[2.0, 2], [-2, -2], [1, -1], [-1, 1]]) + np.array([5.0, -3.0])
+    pca = fit_pca(x, 2)
+    r = 1 / math.sqrt(2)
+    assert torch.allclose(pca.components, torch.tensor([[r, r], [r, -r]], dtype=torch.float64))
+    assert torch.allclose(pca.explained_variance, torch.tensor([16 / 3, 4 / 3],
+                                                               dtype=torch.float64))
+    assert torch.allclose(pca.transform(x[:1]), torch.tensor([[2 * math.sqrt(2), 0.0]]))
+    with pytest.raises(ValueError, match="at most 2"):
+        fit_pca(x, 3)
+
+
+def test_exploration_draws_from_the_top_tokens_only():
+    assigner = _hand_assigner()
+    logits = torch.tensor([[3.0, 2.0, 1.0]]).repeat(400, 1)
+    chosen = assigner.choose(logits, explore_top=2, explore_probability=0.5,
+                             generator=torch.Generator().manual_seed(0))
+    assert set(chosen.tolist()) == {0, 1}          # never token 2 (outside the top 2)
+    assert 0.6 < (chosen == 0).float().mean() < 0.9  # 1/2 + 1/2 · 1/2 = .75 expected
+    again = assigner.choose(logits, explore_top=2, explore_probability=0.5,
+                            generator=torch.Generator().manual_seed(0))
+    assert torch.equal(chosen, again)
+    assert torch.equal(assigner.choose(logits, explore_top=2, explore_probability=0.0),
+                       torch.zeros(400, dtype=torch.int64))
+
+
+def test_straight_through_uses_the_hard_row_and_trains_the_scorer():
+    assigner = _hand_assigner()
+    features = torch.tensor([[[1.0, 0], [0.0, 1]]])           # b → token 0, c → token 1
+    rep = sentence_representations(assigner, features, torch.tensor([2]))
+    assert torch.allclose(rep, torch.tensor([[5.0, 10.0]]))    # mean of (10, 0) and (0, 20)
+    rep.sum().backward()
+    assert assigner.scorer.weight.grad.abs().sum() > 0
+    soft = assigner.embed(torch.tensor([[1.0, 0]]), mode="soft")
+    p = torch.softmax(torch.tensor([1.0, 0.5, -2.0]), 0)
+    assert torch.allclose(soft, (p @ torch.tensor([[10.0, 0], [0, 20], [7, 7]])).unsqueeze(0))
+
+
+def test_pretraining_learns_to_share_tokens_across_languages():
+    # two "languages" whose word vectors differ (different spaces); images 0..3, each described
+    # by one sentence per language; the triplet loss pulls the two descriptions together
+    gen = torch.Generator().manual_seed(1)
+    en, de = torch.randn(8, 4, generator=gen), torch.randn(8, 4, generator=gen)
+    sentences, images = [], []
+    for image in range(4):
+        sentences += [en[[2 * image, 2 * image + 1]], de[[2 * image, 2 * image + 1]]]
+        images += [image, image]
+    settings = PretrainSettings(latent_size=8, margin=0.2, top_k=2, explore_top=2,
+                                explore_probability=0.1, learning_rate=0.05, steps=60,
+                                batch_images=4, sentences_per_image=2, seed=3)
+    result = pretrain_latent_assignment(sentences, images, settings)
+    assert np.mean(result.losses[-10:]) < np.mean(result.losses[:10])
+    again = pretrain_latent_assignment(sentences, images, settings)
+    assert result.losses == again.losses                      # seeded: the same run
+    with pytest.raises(ValueError, match="two images with two sentences"):
+        pretrain_latent_assignment(sentences[:2], [0, 1], settings)
