@@ -1,0 +1,168 @@
+"""The documentation keeps its promises: every repository path it names exists, README.md fits on
+a few screens and shows the test command CI runs, and its "Use as a module" recipe plans the
+pipeline's jobs from another directory with nothing but the user's config file."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, snakemake_exe
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "config" / "README.md",
+        REPO / "profiles" / "README.md"]
+# Top-level folders of the repository whose paths the docs name; results/ holds outputs, not files
+# of the repository, and is not checked.
+PREFIXES = ("src/", "workflow/", "config/", "docs/", "benchmarks/", "tests/", "profiles/", "envs/")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+PLACEHOLDER = re.compile(r"(^|/)[A-Z][A-Z_]*(\.[a-z]+)?$")   # NAME.py, DIR: a template, not a path
+
+
+def _expand_braces(token: str) -> list[str]:
+    """``profiles/{local,slurm}/`` → both paths (a ``{name}`` without a comma stays a wildcard)."""
+    parts = re.split(r"(\{[^{}]*,[^{}]*\})", token)
+    choices = [p[1:-1].split(",") if p.startswith("{") and "," in p else [p] for p in parts]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def named_paths(doc: Path) -> set[str]:
+    """Repository paths a document names: tokens of code spans and code blocks that start with a
+    repository folder, and relative link targets (resolved against the document's folder)."""
+    text = doc.read_text(encoding="utf-8")
+    tokens = []
+    for block in FENCE.findall(text):
+        tokens += block.split()
+    for span in CODE_SPAN.findall(FENCE.sub("", text)):
+        tokens += span.split()
+    paths = set()
+    for token in tokens:
+        token = token.strip("\"'(),;:.").split("#")[0].split("=")[-1]
+        if token.startswith(PREFIXES):
+            paths.update(t for t in _expand_braces(token) if not PLACEHOLDER.search(t.rstrip("/")))
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (doc.parent / target.split("#")[0]).resolve()
+        paths.add(os.path.relpath(path, REPO))
+    return {p for p in paths if p and not p.startswith("results/")}
+
+
+def _exists(path: str) -> bool:
+    if "{" in path:                        # a wildcard: {experiment}, {seed}
+        path = re.sub(r"\{[^}]*\}", "*", path)
+    if any(c in path for c in "*?["):
+        return any(REPO.glob(path.rstrip("/")))
+    return (REPO / path).exists()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(REPO)))
+def test_every_repository_path_the_docs_name_exists(doc):
+    paths = named_paths(doc)
+    missing = sorted(p for p in paths - CREATED if not _exists(p))
+    assert not missing, f"{doc.relative_to(REPO)} names paths that do not exist: {missing}"
+
+
+# Paths that documented commands create: named as what a command writes, not as shipped files.
+CREATED = {"envs/steps.conda-lock.yml"}   # profiles/README.md: written by its `conda-lock lock`
+
+
+def named_modules(doc: Path) -> set[str]:
+    """Dotted names of the package a document's code spans name (``pseudopairs.io.read_captions``);
+    file names that start with the package's name (``pseudopairs.sif``) are not module names."""
+    spans = CODE_SPAN.findall(FENCE.sub("", doc.read_text(encoding="utf-8")))
+    names = {m for span in spans for m in re.findall(r"(?<![\w/.-])pseudopairs(?:\.\w+)+", span)}
+    return {n for n in names if n.rsplit(".", 1)[1] not in {"sif", "yaml", "smk", "json", "md", "py"}}
+
+
+def _resolves(name: str) -> bool:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(REPO)))
+def test_every_module_and_object_the_docs_name_exists(doc):
+    missing = sorted(n for n in named_modules(doc) if not _resolves(n))
+    assert not missing, f"{doc.relative_to(REPO)} names modules or objects that do not exist: {missing}"
+
+
+def test_the_path_finder_sees_spans_blocks_links_and_braces(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("`src/pseudopairs/io.py`, `--configfile config/paper.yaml site.yaml`, "
+                   "`profiles/{local,slurm}/`, `results/table5.csv`, `src/a/NAME.py`, "
+                   "[a](../README.md#x), [b](https://example.org/src/x)\n"
+                   "```bash\n.venv/bin/python benchmarks/features.py  # x\n```\n")
+    paths = named_paths(doc)
+    assert {"src/pseudopairs/io.py", "config/paper.yaml", "profiles/local/", "profiles/slurm/",
+            "benchmarks/features.py"} <= paths
+    assert not any(p.startswith("results/") or "NAME" in p or "example" in p for p in paths)
+
+
+def test_readme_fits_in_200_lines():
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, len(lines)
+
+
+def test_readme_shows_the_test_command_ci_runs():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    commands = [line.strip() for line in ci if "pytest" in line and not line.lstrip().startswith("#")]
+    assert len(commands) == 1, commands
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = [line.strip() for block in FENCE.findall(readme) for line in block.splitlines()]
+    assert commands[0] in blocks
+    assert "pip install -e '.[test]'" in readme and "pip install --quiet -e '.[test]'" in "\n".join(ci)
+
+
+def _module_snakefile() -> str:
+    """The Snakefile of README.md's "Use as a module", pointed at this clone."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Use as a module", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "path/to/pseudopairs" in code and "use rule * from pseudopairs" in code
+    return code.replace("path/to/pseudopairs", str(REPO))
+
+
+def test_the_readme_module_recipe_plans_the_jobs_with_the_users_config_alone(tmp_path):
+    host = tmp_path / "host"
+    (host / "config").mkdir(parents=True)
+    shutil.copy(REPO / "config" / "config.yaml", host / "config" / "config.yaml")
+    (host / "Snakefile").write_text(_module_snakefile())
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    dry = subprocess.run([snakemake_exe(), "-n", "--cores", "2", "results/table5.csv"], cwd=host,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", dry.stdout, re.M))
+    assert int(counts["train"]) > 0 and int(counts["mine"]) > 0 and counts["table"] == "1"
+    assert not (host / "results").exists()          # a plan, nothing run
+
+
+def test_a_module_config_with_only_the_changed_keys_is_layered_over_the_shipped_files(tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "mine.yaml").write_text("seeds: [1]\n")
+    (host / "Snakefile").write_text(_module_snakefile().replace("config/config.yaml", "mine.yaml"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    dry = subprocess.run([snakemake_exe(), "-n", "--cores", "2", "results/table5.csv"], cwd=host,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    assert "results/models/en_de_coco_c2c/seed1/metrics.json" in dry.stdout
+    assert "results/models/en_de_coco_c2c/seed2/" not in dry.stdout     # the host's seeds won
