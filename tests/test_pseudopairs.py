@@ -198,6 +198,114 @@ def test_statistics_table_per_seed_across_seeds_and_between_sets():
     assert math.isnan(frame[(frame.statistic == "gini") & (frame.pseudopairs == "t")]["paper"].iloc[0])
 
 
+def _random_pairs(rng, n, *, n_database, n_images):
+    """A random pair table: some queries without a match (row -1, as ``mutual`` mines)."""
+    rows = rng.integers(0, n_database, n)
+    rows[rng.random(n) < 0.1] = -1
+    images = rng.integers(0, n_images, n)
+    return pd.DataFrame({
+        "query_image_id": [f"img{i}" for i in images], "query_caption_idx": rng.integers(0, 5, n),
+        "query_lang": "en", "query_text": [f"q {i}" for i in range(n)], "match_row": rows,
+        "match_image_id": [f"m{r}" for r in rows], "match_caption_idx": 0, "match_lang": "de",
+        "match_text": [f"text {r % 7}" for r in rows], "match_raw": [f"Text {r}." for r in rows],
+        "similarity": rng.random(n), "score": rng.random(n)}, columns=PAIR_COLUMNS)
+
+
+def _caching_reference(spec, load):
+    """The statistics as computed before streaming: every frame cached, the cross-set figures
+    from the public frame functions (the definitions the streaming code must reproduce)."""
+    import itertools
+    cache = {}
+
+    def get(name, seed):
+        if (name, seed) not in cache:
+            cache[name, seed] = load(name, seed)
+        return cache[name, seed]
+
+    records = []
+    for name, info in spec["sets"].items():
+        base = {"pseudopairs": name, "criterion": info["criterion"], "source": info["source"],
+                "compared_with": ""}
+        for seed in spec["seeds"]:
+            pairs, stats = get(name, seed)
+            values = run_statistics(pairs, n_database=stats["n_database"],
+                                    database_unique_texts=stats["n_database_unique_texts"], top=spec["top"])
+            records += [{**base, "statistic": k, "seeds": str(seed), "value": values[k]} for k in values]
+        for s1, s2 in itertools.combinations(spec["seeds"], 2):
+            (p1, _), (p2, _) = get(name, s1), get(name, s2)
+            records += [{**base, "statistic": "jaccard_seeds", "seeds": f"{s1},{s2}",
+                         "value": transferred_jaccard(p1["match_row"], p2["match_row"])},
+                        {**base, "statistic": "agreement_seeds", "seeds": f"{s1},{s2}",
+                         "value": image_agreement(p1, p2)}]
+    for c in spec["compare"]:
+        for seed in spec["seeds"]:
+            (pa, _), (pb, _) = get(c["a"], seed), get(c["b"], seed)
+            base = {"pseudopairs": c["a"], "compared_with": c["b"], "seeds": str(seed)}
+            records += [{**base, "statistic": "jaccard", "value": transferred_jaccard(pa["match_row"], pb["match_row"])},
+                        {**base, "statistic": "agreement", "value": image_agreement(pa, pb)}]
+    return {(r["pseudopairs"], r.get("compared_with", ""), r["statistic"], r["seeds"]): r["value"]
+            for r in records}
+
+
+def test_statistics_hold_one_set_at_a_time_and_equal_the_caching_computation():
+    """18 sets × seeds are each loaded once, never two frames alive at once (the old code cached
+    every frame until the end: at the paper's size tens of GB on a login node), and every value
+    is exactly (==, not approx) what the frame-by-frame definitions give."""
+    import gc
+    import weakref
+
+    names = [f"set{i}" for i in range(6)]
+    seeds = [1, 2, 3]
+    spec = {"sets": {n: {"source": f"src{i % 2}", "criterion": "cosine", "paper": {}}
+                     for i, n in enumerate(names)},
+            "seeds": seeds, "top": 5,
+            "compare": [{"a": "set0", "b": "set1", "paper": {}}, {"a": "set2", "b": "set5", "paper": {}}]}
+    alive: list = []
+    loads: list = []
+    most_alive = 0
+
+    def load(name, seed):
+        nonlocal most_alive
+        gc.collect()
+        most_alive = max(most_alive, sum(ref() is not None for ref in alive))
+        loads.append((name, seed))
+        rng = np.random.default_rng(names.index(name) * 10 + seed)
+        frame = _random_pairs(rng, 400, n_database=60, n_images=90)
+        alive.append(weakref.ref(frame))
+        return frame, {"n_database": 60, "n_database_unique_texts": 7}
+
+    frame = pseudopair_statistics(spec, load=load)
+    assert most_alive == 0                                   # the previous frame was gone at each load
+    assert sorted(loads) == sorted((n, s) for n in names for s in seeds)   # each once
+    expected = _caching_reference(spec, lambda name, seed: (
+        _random_pairs(np.random.default_rng(names.index(name) * 10 + seed), 400, n_database=60, n_images=90),
+        {"n_database": 60, "n_database_unique_texts": 7}))
+    got = {(r.pseudopairs, r.compared_with, r.statistic, r.seeds): r.value for r in frame.itertuples()}
+    assert set(got) == set(expected) and len(frame) == len(expected)
+    for key, value in expected.items():
+        assert got[key] == value or (math.isnan(got[key]) and math.isnan(value)), key
+    agreements = [v for k, v in got.items() if k[2] in ("agreement", "agreement_seeds")]
+    assert all(0 < v < 1 for v in agreements)                # the check compares non-trivial values
+
+
+def test_the_statistics_step_reads_only_the_columns_it_needs(tmp_path):
+    """The default load reads three columns of a pairs file (a 566K-pair table's texts are most of
+    its memory); a file lacking one is named with the missing column."""
+    from pseudopairs.mining.statistics import STATS_PAIR_COLUMNS
+
+    pairs = _pairs([("i1", 0, 0, 0.9), ("i2", 0, 1, 0.8)])
+    pairs.to_parquet(tmp_path / "pairs.parquet")
+    assert list(read_pairs(tmp_path / "pairs.parquet", columns=STATS_PAIR_COLUMNS).columns) == STATS_PAIR_COLUMNS
+    pairs.drop(columns=["match_text"]).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet: not a pseudopair file, missing columns \['match_text'\]"):
+        read_pairs(tmp_path / "bad.parquet", columns=STATS_PAIR_COLUMNS)
+    (tmp_path / "stats.json").write_text(json.dumps({"n_database": 4, "n_database_unique_texts": 4}))
+    spec = {"sets": {"s": {"source": "x", "criterion": "cosine"}}, "seeds": [1], "top": 1, "compare": [],
+            "files": {"s": {"1": {"pairs": str(tmp_path / "pairs.parquet"), "stats": str(tmp_path / "stats.json")}}}}
+    value = dict(zip(pseudopair_statistics(spec)["statistic"], pseudopair_statistics(spec)["value"]))
+    assert value["used_share"] == 0.5 and value["n_pairs"] == 2
+
+
 # --------------------------------------------------------------------------------------------
 # Figure 1
 

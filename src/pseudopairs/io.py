@@ -204,11 +204,19 @@ PAIR_COLUMNS = ["query_image_id", "query_caption_idx", "query_lang", "query_text
                 "match_raw", "similarity", "score"]
 
 
-def read_pairs(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a ``pairs.parquet`` written by the ``mine`` step (columns :data:`PAIR_COLUMNS`)."""
+def read_pairs(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a ``pairs.parquet`` written by the ``mine`` step (columns :data:`PAIR_COLUMNS`, or only
+    ``columns`` of them: a reader that needs a few keeps a 566K-pair table small)."""
     with reading(path, "a pseudopair file (Parquet)", fix="delete it and rerun the mine step"):
-        frame = pd.read_parquet(path)
-    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
+        if columns is None:
+            frame = pd.read_parquet(path)
+            present = list(frame.columns)
+        else:
+            import pyarrow.parquet as pq
+
+            present = pq.read_schema(path).names
+            frame = None if set(columns) - set(present) else pd.read_parquet(path, columns=list(columns))
+    missing = [c for c in (PAIR_COLUMNS if columns is None else columns) if c not in present]
     if missing:
         raise ValueError(f"{path}: not a pseudopair file, missing columns {missing}")
     return frame
