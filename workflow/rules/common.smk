@@ -434,7 +434,8 @@ def flickr30k_images():
     if not path.is_dir():
         raise ValueError(
             f"config key 'paper_data.flickr30k_images': {path} is not a directory. Set it to the "
-            "folder of Flickr30K images ({image_id}.jpg; distributed on request, see README.md)."
+            "folder of Flickr30K images ({image_id}.jpg; distributed on request, see "
+            "docs/cluster.md)."
         )
     return str(path)
 

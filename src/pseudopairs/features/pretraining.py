@@ -8,8 +8,8 @@ A random-weight ResNet50 on the world's renders sees colour and background and h
 or texture (ridge probe on single-group scenes: object kind 19.8 %, texture 40.0 % = chance), while
 the captions talk mostly about kinds; a model trained on such features cannot learn what the
 method transfers, so every comparison of the demo's tables sat in the noise. With this extractor
-the same probe reads kind 99.5 %, colour 99.5, size 99.5, texture 91.0, count 83.2 (README,
-"Results on the demo world").
+the same probe reads kind 99.5 %, colour 99.5, size 99.5, texture 91.0, count 83.2
+(docs/results.md).
 
 The pretraining images are NOT the corpora's images: freshly drawn scenes of their own random
 stream (purpose ``pretrain``), alternating between the m30k and the coco distribution — a
