@@ -16,7 +16,7 @@ use — then runs, each in its own process, on the same files:
 
 For each it prints the peak resident memory above the process's memory after its imports (Linux
 `VmHWM` − `VmRSS`; pandas' Arrow-backed strings are outside tracemalloc, so RSS is the measure),
-the wall time, and whether both give exactly the same values. The goal (issue 24): at most 1.0 GB
+the wall time, and whether both give exactly the same values. The goal: at most 1.0 GB
 more for 18 tables of 566K pairs.
 """
 

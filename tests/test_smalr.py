@@ -1,4 +1,4 @@
-"""SMALR's components (paper 002; issue 28, first step): each against a case worked out by hand in
+"""SMALR's components (paper 002; a first step): each against a case worked out by hand in
 the comments — the triplet loss, HEM's vocabulary split, PCA, hard assignment and embedding rows,
 MCLM's masking and loss, MULE's constraints (gradient reversal), CLC-A / CLC-C, and the FastText
 vector files."""

@@ -1,5 +1,5 @@
 """SMALR (paper 002, Burns et al. 2020, "Learning to Scale Multilingual Representations for
-Vision-Language Tasks") as a library of tested components (issue 28, first step). Not yet wired
+Vision-Language Tasks") as a library of tested components (a first step). Not yet wired
 into the model, the registries or the workflow: docs/smalr.md lists what that takes.
 
 - :mod:`~pseudopairs.smalr.paper` — the numbers 002 states, and those our copy leaves blank;
