@@ -166,3 +166,16 @@ def test_a_module_config_with_only_the_changed_keys_is_layered_over_the_shipped_
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
     assert "results/models/en_de_coco_c2c/seed1/metrics.json" in dry.stdout
     assert "results/models/en_de_coco_c2c/seed2/" not in dry.stdout     # the host's seeds won
+
+
+def test_code_cites_the_paper_or_the_docs_not_issue_numbers_or_documents_outside_the_repository():
+    """Comments and docstrings point at what a reader of the repository can open: the paper's
+    sections, docs/, config/README.md — not the tracker's issue numbers or a design document that
+    lives outside the repository."""
+    stale = re.compile(r"\b[I]ssues? #?\d+|\bDESIGN(\.md|\s*§)", re.I)
+    files = [p for folder in ("src", "workflow", "tests", "benchmarks", "config")
+             for p in (REPO / folder).rglob("*")
+             if p.suffix in {".py", ".smk", ".yaml", ".yml", ".rst"} or p.name == "Snakefile"]
+    hits = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in files if p.name != "test_docs.py"
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if stale.search(line)]
+    assert not hits, "\n".join(hits)
