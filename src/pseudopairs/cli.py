@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
     "features": Command("features", "pseudopairs.features.extract", "ResNet average-pool image features"),
     "pretrain-features": Command("features", "pseudopairs.features.pretraining", "the demo world's ImageNet stand-in: a ResNet trained on world scenes"),
     "train": Command("model", "pseudopairs.model.training", "train a ranking model (one experiment, one seed)"),
+    "train-stack": Command("model", "pseudopairs.model.stack_training", "train the seeds of one seed block together (one experiment)"),
     "evaluate": Command("evaluation", "pseudopairs.evaluation.step", "test metrics of a model -> metrics.json"),
     "score-embeddings": Command("evaluation", "pseudopairs.evaluation.step", "retrieval metrics of stored embeddings"),
     "score-translation": Command("evaluation", "pseudopairs.evaluation.step", "translation retrieval of stored embeddings"),

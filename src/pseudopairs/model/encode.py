@@ -17,18 +17,20 @@ ENCODE_BATCH = 256
 
 @torch.no_grad()
 def encode_token_table(model: RankingModel, table: TokenTable, *, batch_size: int = ENCODE_BATCH,
-                       progress: bool = False) -> torch.Tensor:
-    """L2-normalised embeddings (float32, CPU) of every sequence of ``table``, in table order.
-    Sequences are encoded longest first (less padding) and put back in order."""
+                       progress: bool = False, on_device: bool = False) -> torch.Tensor:
+    """L2-normalised embeddings (float32, CPU; on the model's device with ``on_device``) of every
+    sequence of ``table``, in table order. Sequences are encoded longest first (less padding)
+    and put back in order."""
     was_training = model.training
     model.eval()
-    out = torch.empty(len(table), model.joint_dim, dtype=torch.float32)
+    where = model.device if on_device else torch.device("cpu")
+    out = torch.empty(len(table), model.joint_dim, dtype=torch.float32, device=where)
     order = np.argsort(-table.lengths, kind="stable")
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc="encode captions", disable=not progress, mininterval=5):
         idx = order[start:start + batch_size]
         tokens, lengths = table.batch(idx)
-        out[torch.from_numpy(idx)] = model.encode_captions(tokens, lengths).float().cpu()
+        out[torch.from_numpy(idx).to(where)] = model.encode_captions(tokens, lengths).float().to(where)
     model.train(was_training)
     return out
 
@@ -41,13 +43,15 @@ def encode_captions_texts(model: RankingModel, vocab: Vocabulary, texts: Sequenc
 
 
 @torch.no_grad()
-def encode_image_features(model: RankingModel, features, *, batch_size: int = 1024) -> torch.Tensor:
+def encode_image_features(model: RankingModel, features, *, batch_size: int = 1024,
+                          on_device: bool = False) -> torch.Tensor:
     """Stored image features (numpy or torch, any float dtype) → L2-normalised embeddings
-    (float32, CPU)."""
+    (float32, CPU; on the model's device with ``on_device``)."""
     was_training = model.training
     model.eval()
     features = torch.as_tensor(np.asarray(features) if not torch.is_tensor(features) else features)
-    chunks = [model.encode_images(features[s:s + batch_size]).float().cpu()
+    where = model.device if on_device else torch.device("cpu")
+    chunks = [model.encode_images(features[s:s + batch_size]).float().to(where)
               for s in range(0, features.shape[0], batch_size)]
     model.train(was_training)
     if not chunks:
@@ -58,7 +62,8 @@ def encode_image_features(model: RankingModel, features, *, batch_size: int = 10
 def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float, dict]:
     """Score = Σ over the validation languages of rsum (R@1,5,10 in both directions, percent).
     Each language: all its validation captions against all validation images (every image is a
-    candidate, as in the test evaluation), scored with the model's similarity. Returns
+    candidate, as in the test evaluation), scored with the model's similarity, on the model's
+    device (the embeddings stay there and the exact rank engine runs its GEMMs there). Returns
     ``(score, {lang: metrics})``."""
     from pseudopairs.evaluation import retrieval_metrics
 
@@ -68,9 +73,10 @@ def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float
     for caption_set in val_sets:
         key = id(caption_set.features)
         if key not in image_cache:
-            image_cache[key] = encode_image_features(model, caption_set.features)
+            image_cache[key] = encode_image_features(model, caption_set.features, on_device=True)
         result = retrieval_metrics(image_embeddings=image_cache[key],
-                                   caption_embeddings=encode_token_table(model, caption_set.tokens),
+                                   caption_embeddings=encode_token_table(model, caption_set.tokens,
+                                                                         on_device=True),
                                    caption_image_index=caption_set.feature_rows,
                                    similarity=model.similarity)
         result = {k: float(v) for k, v in result.items()}

@@ -93,8 +93,10 @@ def input_stamps(spec: dict) -> list:
     return [file_stamp(p) for p in paths]
 
 
-def load_data(spec: dict, vocab: Vocabulary):
-    feature_cache: dict = {}
+def load_data(spec: dict, vocab: Vocabulary, *, feature_cache: dict | None = None):
+    """The run's c2i and c2c data sets, validation caption sets and image dimension.
+    ``feature_cache`` (path → loaded features) lets the runs of one stack job share arrays."""
+    feature_cache = {} if feature_cache is None else feature_cache
     sets: dict[tuple, CaptionSet] = {}
 
     def caption_set(ref: dict, name: str) -> CaptionSet:

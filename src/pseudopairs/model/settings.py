@@ -13,6 +13,8 @@ from pseudopairs.similarity.functions import SIMILARITIES
 # image (``l2``, what the authors' code does), or standardised per dimension with the training
 # images' mean and standard deviation (``standardize``, the demo's random-weight features).
 IMAGE_NORMALIZATIONS = ("raw", "l2", "standardize")
+# How the models of one training job share the device (training.stack_compute).
+STACK_COMPUTE = ("auto", "batched", "separate")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,21 @@ class TrainingSettings(Settings):
                                   "margin 0.05 there)")
     device: str = setting("auto", kind=str, doc="auto | cpu | cuda | cuda:N")
     threads: int = setting(1, kind=int, low=0, doc="torch CPU threads (0: torch's default)")
+    stack: list = setting([1], kind=list,
+                          shape={"type": "array", "items": {"type": "integer", "minimum": 1},
+                                 "minItems": 1},
+                          doc="seed blocks trained together in one job: sizes of consecutive blocks "
+                              "from seed 1, the last size repeating ([3]: seeds 1-3, 4-6, …; [3, 7]: "
+                              "1-3, 4-10, 11-17, …; [1]: one job per seed). Adding a seed in a new "
+                              "block retrains nothing else")
+    stack_compute: str = setting("auto", kind=str, choices=STACK_COMPUTE,
+                                 doc="how a job's models share the device: batched (one stacked "
+                                     "model, batched matrix products), separate (one after the "
+                                     "other, each exactly as a job of its own), auto (batched on a "
+                                     "GPU, separate on the CPU)")
+    resume_every: int = setting(0, kind=int, low=0,
+                                doc="updates between saves of the resumable state last.pt (at the "
+                                    "next validation); 0: at every validation")
 
     def check(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -50,6 +67,9 @@ class TrainingSettings(Settings):
             raise self.bad("similarity", f"must be one of {SIMILARITIES.names()}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise self.bad("device", "must be auto, cpu, cuda or cuda:N")
+        if not (isinstance(self.stack, list) and self.stack
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.stack)):
+            raise self.bad("stack", "must be a non-empty list of block sizes >= 1")
 
 
 @dataclass(frozen=True)

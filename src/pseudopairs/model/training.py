@@ -83,8 +83,9 @@ LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
 LOSS_READBACK_EVERY = 50
 # c2i losses averaged by the c2c warm-up (the authors' code logs and averages every 10 updates).
 WARMUP_WINDOW = 10
-# Settings that do not change the result of a (CPU) run, so a resumed run may differ in them.
-_RUN_NEUTRAL_SETTINGS = ("device", "threads")
+# Settings that do not change the result of a (CPU) run, so a resumed run may differ in them
+# (how a job groups its seeds does not; how it computes them is in the run key as "compute").
+_RUN_NEUTRAL_SETTINGS = ("device", "threads", "stack", "stack_compute", "resume_every")
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,7 +223,10 @@ def _build_model(spec: dict, settings: dict, *, n_words: int, image_dim: int, c2
 class _Run:
     """One training run: set up (or resume), the update loop with validations, the outputs."""
 
-    def __init__(self, *, spec: dict, settings: dict, out_dir, seed: int) -> None:
+    def __init__(self, *, spec: dict, settings: dict, out_dir, seed: int,
+                 compute: str = "separate", feature_cache: dict | None = None) -> None:
+        self.arguments = {"spec": spec, "settings": settings, "out_dir": out_dir, "seed": seed,
+                          "compute": compute, "feature_cache": feature_cache}
         self.spec = spec = check_spec(spec)
         self.settings = settings = check_settings(settings)
         self.seed = seed = int(seed)
@@ -232,7 +236,7 @@ class _Run:
             torch.set_num_threads(settings["threads"])
         device = torch.device(resolve_device(settings["device"], key="training.device"))
         self.vocab = vocab = run_vocabulary(spec)
-        c2i, c2c, self.val_sets, image_dim = load_data(spec, vocab)
+        c2i, c2c, self.val_sets, image_dim = load_data(spec, vocab, feature_cache=feature_cache)
         if c2c and settings["c2c_probability"] == 0 and settings["objective"] == "sampled":
             log.warning("%s: c2c data sets given but c2c_probability is 0; they are never used",
                         spec["experiment"])
@@ -240,7 +244,8 @@ class _Run:
         self.model = _build_model(spec, settings, n_words=len(vocab), image_dim=image_dim, c2i=c2i)
         self.model.to(device)
         self.trainer = Trainer(self.model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
-        self.run_key = {"spec": spec, "seed": seed, "vocab_size": len(vocab),
+        self.device = device
+        self.run_key = {"spec": spec, "seed": seed, "vocab_size": len(vocab), "compute": compute,
                         "settings": {k: v for k, v in settings.items() if k not in _RUN_NEUTRAL_SETTINGS},
                         "inputs": input_stamps(spec)}
         self.progress = _Progress()
@@ -248,6 +253,10 @@ class _Run:
         self.log_path, self.vocab_path = out_dir / TRAIN_LOG, out_dir / VOCAB
         self.partial_log_path = out_dir / PARTIAL_LOG
         self.pending: list[tuple[int, str, str, torch.Tensor]] = []
+        # the optimiser state to save when the run is one model of a batched stack (its slice of
+        # the stack's Adam, as torch.optim.Adam's state dict); None: the trainer's own optimiser
+        self.optimizer_state = None
+        self.saved_at: int | None = None
 
     def resume(self) -> None:
         """Continue from ``last.pt`` when it was written for this very run; drop stale files."""
@@ -274,20 +283,35 @@ class _Run:
             path.unlink(missing_ok=True)
 
     def save_state(self) -> None:
+        trainer = self.trainer.state_dict()
+        if self.optimizer_state is not None:
+            trainer["optimizer"] = self.optimizer_state()
+        progress = dict(self.progress.__dict__)
+        if progress["best_state"] is not None:
+            progress["best_state"] = _on_cpu(progress["best_state"])
         save_atomic(self.last_path, {
             "format": STATE_FORMAT, "run_key": self.run_key, "model_config": self.model.config(),
-            "model": cpu_state(self.model), "trainer": self.trainer.state_dict(),
-            "rng": rng_states(), "progress": self.progress.__dict__})
+            "model": cpu_state(self.model), "trainer": trainer,
+            "rng": rng_states(), "progress": progress})
+        self.saved_at = self.progress.update
+
+    def state_due(self) -> bool:
+        """Whether this validation saves ``last.pt``: every ``resume_every`` updates (0: every
+        validation), and always when the run has finished (a stack keeps finished models' states
+        until its last model finishes, so a killed stack job loses none of them)."""
+        every = self.settings["resume_every"]
+        p = self.progress
+        return (p.finished or not every or self.saved_at is None
+                or p.update - self.saved_at >= every)
 
     def stop_non_finite(self, what: str) -> None:
         p = self.progress
-        kept = (f"the state of the last validation (update {p.validations[-1]['update']}; "
-                f"best weights so far from update {p.best_update}, score {p.best_score:.2f}) is "
-                f"kept in {self.last_path} (pseudopairs.model.checkpoints.load_model reads it); "
-                "rerunning with the same settings resumes from it and meets the same failure, so "
-                "change them (e.g. a lower learning_rate) to start afresh"
-                if p.validations else
-                "no validation had been reached, so no checkpoint was written")
+        kept = (f"the state last saved (at the validation of update {self.saved_at}) is kept in "
+                f"{self.last_path} (pseudopairs.model.checkpoints.load_model reads its best "
+                "weights); rerunning with the same settings resumes from it and meets the same "
+                "failure, so change them (e.g. a lower learning_rate) to start afresh"
+                if self.saved_at is not None else
+                "no state had been saved yet, so no checkpoint was written")
         raise RuntimeError(f"{self.spec['experiment']} seed {self.seed}: {what}; training stopped; {kept}")
 
     def read_losses(self) -> None:
@@ -305,12 +329,12 @@ class _Run:
         bad = [k for k, v in self.model.named_parameters() if not bool(torch.isfinite(v).all())]
         if bad:
             self.stop_non_finite(f"non-finite weights ({', '.join(bad)}) after update {p.update}")
-        score, metrics = validate(self.model, self.val_sets)
+        score, metrics = validate(self.model, self.val_sets)  # ranked on the training device
         p.rows[-1][4] = float(score)
         p.validations.append({"update": p.update, "score": float(score), "metrics": metrics})
         if score > p.best_score:
             p.best_score, p.best_update = float(score), p.update
-            p.best_metrics, p.best_state = metrics, cpu_state(self.model)
+            p.best_metrics, p.best_state = metrics, _on_device_copy(self.model)
             p.bad_validations = 0
         else:
             p.bad_validations += 1
@@ -324,8 +348,9 @@ class _Run:
         log.info("%s update %d: validation score %.2f (best %.2f at update %d)%s",
                  self.spec["experiment"], p.update, score, p.best_score, p.best_update,
                  f"; stopping: {p.stop_reason}" if p.finished else "")
-        _write_log(self.partial_log_path, p.rows)
-        self.save_state()
+        if self.state_due():
+            _write_log(self.partial_log_path, p.rows)
+            self.save_state()
 
     def loop(self) -> None:
         p, settings = self.progress, self.settings
@@ -350,22 +375,37 @@ class _Run:
                 bar.set_postfix(best=f"{p.best_score:.1f}", refresh=False)
         bar.close()
 
-    def finish(self) -> dict:
-        """Write the outputs (checkpoint first, the log last), then drop the resumable state."""
+    def finish(self, *, keep_state: bool = False) -> dict:
+        """Write the outputs (checkpoint first, the log last), then drop the resumable state
+        (``keep_state``: a stack job drops its models' states once its last model has finished)."""
         p = self.progress
         save_atomic(self.ckpt_path, {
-            "format": CHECKPOINT_FORMAT, "model_state": p.best_state, **self.model.config(),
+            "format": CHECKPOINT_FORMAT, "model_state": _on_cpu(p.best_state), **self.model.config(),
             "spec": self.spec, "settings": self.settings, "seed": self.seed,
             "best_score": p.best_score, "val_score": p.best_score, "update": p.best_update,
             "val_metrics": p.best_metrics, "stop_reason": p.stop_reason, "updates": p.update,
             "c2c_from": p.c2c_from})
         write_json_atomic(self.vocab_path, self.vocab.to_json())
         _write_log(self.log_path, p.rows)
-        self.last_path.unlink(missing_ok=True)
-        self.partial_log_path.unlink(missing_ok=True)
+        if not keep_state:
+            self.drop_state()
         return {"experiment": self.spec["experiment"], "seed": self.seed, "best_score": p.best_score,
                 "val_score": p.best_score, "best_update": p.best_update, "updates": p.update,
                 "stop_reason": p.stop_reason, "val_metrics": p.best_metrics, "c2c_from": p.c2c_from}
+
+
+    def drop_state(self) -> None:
+        self.last_path.unlink(missing_ok=True)
+        self.partial_log_path.unlink(missing_ok=True)
+
+
+def _on_device_copy(model: torch.nn.Module) -> dict:
+    """The model's weights, copied where they are (no device→host transfer at each new best)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _on_cpu(state: dict | None) -> dict | None:
+    return None if state is None else {k: v.to("cpu") for k, v in state.items()}
 
 
 def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:

@@ -1,0 +1,191 @@
+"""The ``train-stack`` step: the seeds of one experiment's seed block trained in one job.
+
+Each model is a run of its own (:class:`pseudopairs.model.training._Run`): its seed, spec (a
+pseudopair data set or fine-tuning source of its own seed), vocabulary, batch streams, task
+draws, c2c warm-up, validations, early stopping, and its files where a job of its own writes
+them (``results/models/{experiment}/seed{seed}/``: ``checkpoint.pt``, ``vocab.json``,
+``train_log.csv``; ``last.pt`` while it runs). How the job's models share the device is
+``training.stack_compute``:
+
+- ``batched``: one :class:`~pseudopairs.model.stack.StackedRankingModel`; each update draws every
+  model's batch from its own trainer and runs them as one batched forward/backward
+  (:func:`~pseudopairs.model.stack.stacked_update`). At each validation every model's weights
+  are copied into its run and validated as a separate run's would be. A model that stops leaves
+  the stack; the others go on.
+- ``separate``: the models one after the other, each exactly as ``train`` trains it alone (a
+  stack of one is always this).
+- ``auto``: ``batched`` on a GPU, ``separate`` on the CPU (measured: ``docs/benchmarks.md``).
+
+Resuming: a finished model's ``last.pt`` (its final state) is kept until the whole job has
+finished, so a killed job started again rewrites the finished models' files from their states
+and resumes the others from theirs — the same result as an uninterrupted job (on the CPU). The
+unfinished models of a batched stack resume together; if their saved states are not all of the
+same update (a kill between two of their saves), they start afresh (the same result, later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from tqdm import tqdm
+
+from pseudopairs import cli
+from pseudopairs.model.batches import C2IBatch
+from pseudopairs.model.settings import check_settings
+from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
+from pseudopairs.model.training import CHECKPOINT, LOSS_READBACK_EVERY, _Run
+from pseudopairs.settings import resolve_device
+
+log = logging.getLogger(__name__)
+
+
+def stack_compute(settings: dict, *, device: str, n_models: int) -> str:
+    """``batched`` or ``separate`` for a job of ``n_models`` with these (checked) settings."""
+    choice = settings["stack_compute"]
+    if n_models < 2:
+        return "separate"
+    why_not = stack_supported(settings)
+    if choice == "batched" and why_not:
+        log.warning("training.stack_compute batched: not for %s; the models train one after the other",
+                    why_not)
+        return "separate"
+    if choice == "auto":
+        return "batched" if torch.device(device).type == "cuda" and not why_not else "separate"
+    return choice
+
+
+class _StackLoop:
+    """The update loop of a batched stack over the unfinished runs."""
+
+    def __init__(self, runs: Sequence[_Run]) -> None:
+        self.runs = list(runs)
+        settings = self.runs[0].settings
+        self.options = {"margin": settings["margin"], "max_violation": settings["max_violation"],
+                        "grad_clip": settings["grad_clip"], "similarity": settings["similarity"]}
+        self.stack = StackedRankingModel([r.model for r in self.runs])
+        self.optimizer = StackedAdam(self.stack.parameters_in_order(), lr=settings["learning_rate"])
+        for s, run in enumerate(self.runs):  # resumed runs bring their Adam state
+            self.optimizer.load_torch_state(s, run.trainer.optimizer.state_dict())
+            run.optimizer_state = self._state_of(run)
+
+    def _state_of(self, run: _Run):
+        groups = run.trainer.optimizer.state_dict()["param_groups"]
+
+        def state() -> dict:
+            s = self.runs.index(run)
+            return self.optimizer.torch_state(s, vocab_size=run.model.vocab_size, param_groups=groups)
+        return state
+
+    def run(self) -> None:
+        settings = self.runs[0].settings
+        max_updates, every = settings["max_updates"], settings["validate_every"]
+        bar = tqdm(total=max_updates, initial=self.runs[0].progress.update, mininterval=10, unit="upd",
+                   desc=f"train {self.runs[0].spec['experiment']} × {len(self.runs)}")
+        while self.runs:
+            draws = []
+            for run in self.runs:
+                task, name, batch = run.trainer.next_batch()
+                draws.append((task, name, batch, run.trainer.c2c_enabled))
+            losses = stacked_update(self.stack, self.optimizer, [d[2] for d in draws], **self.options)
+            bar.update(1)
+            for s, (run, (task, name, batch, was_enabled)) in enumerate(zip(self.runs, draws)):
+                p = run.progress
+                if isinstance(batch, C2IBatch):
+                    run.trainer.note_c2i_loss(losses[s])
+                p.update += 1
+                if run.trainer.c2c_enabled and not was_enabled:
+                    p.c2c_from = p.update
+                    log.info("%s seed %d update %d: c2i loss left the collapsed plateau; c2c "
+                             "switched on", run.spec["experiment"], run.seed, p.update)
+                run.pending.append((p.update, task, name, losses[s]))
+            update = self.runs[0].progress.update
+            at_validation = update % every == 0 or update >= max_updates
+            if at_validation or len(self.runs[0].pending) >= LOSS_READBACK_EVERY:
+                for run in self.runs:
+                    run.read_losses()
+            if at_validation:
+                self.validate()
+        bar.close()
+
+    def validate(self) -> None:
+        for s, run in enumerate(self.runs):
+            self.stack.copy_into(s, run.model)
+            run.validation()
+        done = [r for r in self.runs if r.progress.finished]
+        for run in done:  # its final state is in its last.pt; train_stack writes its files
+            log.info("%s seed %d finished (%s); %d model(s) go on", run.spec["experiment"], run.seed,
+                     run.progress.stop_reason, len(self.runs) - len(done))
+        if done:
+            keep = [s for s, r in enumerate(self.runs) if not r.progress.finished]
+            self.runs = [self.runs[s] for s in keep]
+            if keep:
+                self.stack.select(keep)
+                self.optimizer.select(keep, self.stack.parameters_in_order())
+
+
+def train_stack(*, jobs: Sequence[dict], settings: dict) -> list[dict]:
+    """Train the models of one seed block in one job (see the module docstring). ``jobs``:
+    ``[{"seed": int, "spec": training spec, "out_dir": model directory}, ...]``; ``settings``:
+    as :func:`pseudopairs.model.training.train`'s. Returns each model's summary, in ``jobs``' order."""
+    if not jobs:
+        raise ValueError("train-stack: no models to train")
+    seeds = [int(job["seed"]) for job in jobs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"train-stack: seeds {seeds} repeat")
+    checked = check_settings(dict(settings))
+    device = resolve_device(checked["device"], key="training.device")
+    compute = stack_compute(checked, device=device, n_models=len(jobs))
+    features: dict = {}
+    runs = []
+    for job in jobs:
+        run = _Run(spec=job["spec"], settings=settings, out_dir=job["out_dir"], seed=job["seed"],
+                   compute=compute, feature_cache=features)
+        run.resume()
+        runs.append(run)
+    log.info("%s: %d model(s) (seeds %s), %s", runs[0].spec["experiment"], len(runs), seeds, compute)
+    if compute == "batched":
+        active = [r for r in runs if not r.progress.finished]
+        if len({r.progress.update for r in active}) > 1:
+            log.warning("the unfinished models' states are of different updates (%s); they start afresh",
+                        sorted({r.progress.update for r in active}))
+            for r in active:
+                r.last_path.unlink(missing_ok=True)
+            fresh = {id(r): _Run(**r.arguments) for r in active}
+            runs = [fresh.get(id(r), r) for r in runs]
+            active = [fresh[id(r)] for r in active]
+            for r in active:
+                r.resume()
+        if active:
+            _StackLoop(active).run()
+    summaries = []
+    for run in runs:
+        if compute != "batched":
+            run.loop()
+        summaries.append(run.finish(keep_state=True))
+    for run in runs:  # every model has its files: the resumable states can go
+        run.drop_state()
+    return summaries
+
+
+def _cli_train_stack(args: argparse.Namespace) -> None:
+    settings = dict(args.settings)
+    if args.threads is not None:
+        settings["threads"] = args.threads
+    jobs = args.models
+    if not isinstance(jobs, list):
+        raise ValueError("--models must be a JSON list of {seed, spec, out_dir}")
+    for summary, job in zip(train_stack(jobs=jobs, settings=settings), jobs):
+        print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
+              f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
+              f"({summary['stop_reason']}) -> {Path(job['out_dir']) / CHECKPOINT}")
+
+
+def register_cli(subparsers) -> None:
+    p = cli.add_command(subparsers, "train-stack", _cli_train_stack)
+    cli.add_json(p, "--models", "the block's models: [{seed, spec (experiments.training_spec), out_dir}]")
+    cli.add_json(p, "--settings", "the config's training section merged with model")
+    cli.add_threads(p)
