@@ -217,3 +217,198 @@ def test_pretraining_learns_to_share_tokens_across_languages():
     assert result.losses == again.losses                      # seeded: the same run
     with pytest.raises(ValueError, match="two images with two sentences"):
         pretrain_latent_assignment(sentences[:2], [0, 1], settings)
+
+
+# --------------------------------------------------------------------------------------------
+# MCLM (§3.2, §7.4)
+
+from pseudopairs.smalr.mclm import (IGNORE_INDEX, MCLMHead, average_representation,  # noqa: E402
+                                    mask_tokens, masked_count, mclm_all_pairs, mclm_loss)
+
+
+def test_masking_counts_positions_and_targets():
+    # 20%, rounded half up: n = 7 → 1.4 → 1, n = 8 → 1.6 → 2, n = 13 → 2.6 → 3; none of 1 word
+    assert [masked_count(n, 0.2) for n in (1, 2, 3, 5, 7, 8, 10, 13)] == [0, 1, 1, 1, 1, 2, 2, 3]
+    ids = torch.tensor([[5, 6, 7, 8, 9], [11, 12, 0, 0, 0], [13, 0, 0, 0, 0]])
+    lengths = torch.tensor([5, 2, 1])
+    batch = mask_tokens(ids, lengths, fraction=0.4, mask_id=3,
+                        generator=torch.Generator().manual_seed(0))
+    # 40%: 2 of 5, 1 of 2, 0 of 1
+    assert batch.mask.sum(dim=1).tolist() == [2, 1, 0]
+    assert torch.equal(batch.masked_ids[batch.mask], torch.full((3,), 3))
+    assert torch.equal(batch.targets[batch.mask], ids[batch.mask])
+    assert torch.all(batch.targets[~batch.mask] == IGNORE_INDEX)
+    assert torch.equal(batch.masked_ids[~batch.mask], ids[~batch.mask])
+    assert batch.kept_lengths.tolist() == [3, 1, 1]
+    for row in range(3):   # the kept words, in order, are the unmasked ones
+        unmasked = ids[row, : lengths[row]][~batch.mask[row, : lengths[row]]]
+        assert torch.equal(batch.kept_ids[row, : batch.kept_lengths[row]], unmasked)
+    again = mask_tokens(ids, lengths, fraction=0.4, mask_id=3,
+                        generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again.masked_ids, batch.masked_ids)
+
+
+def test_average_representation_leaves_out_padding():
+    emb = torch.tensor([[[1.0, 2], [3, 4], [100, 100]], [[5.0, 6], [100, 100], [100, 100]]])
+    assert torch.allclose(average_representation(emb, [2, 1]), torch.tensor([[2.0, 3], [5, 6]]))
+
+
+def _hand_head(weight) -> MCLMHead:
+    head = MCLMHead(2)
+    with torch.no_grad():
+        head.layer.weight.copy_(torch.as_tensor(weight, dtype=torch.float32))
+        head.layer.bias.zero_()
+    return head
+
+
+def test_mclm_loss_on_two_sentences_by_hand():
+    # unmasked s_a = (1, 0), s_b = (0, 2); masked ŝ_a = (1, 1), ŝ_b = (0, 1); ‖n(p) − n(s)‖² =
+    # 2 − 2 cos(p, s)
+    s_a, s_b = torch.tensor([[1.0, 0]]), torch.tensor([[0.0, 2]])
+    m_a, m_b = torch.tensor([[1.0, 1]]), torch.tensor([[0.0, 1]])
+    # identity layer: p_a = (1, 1), cos with s_a = 1/√2 → 2 − √2; p_b = (0, 1) ∥ s_b → 0
+    loss = mclm_loss(_hand_head(torch.eye(4)), s_a, s_b, m_a, m_b).detach()
+    assert float(loss) == pytest.approx(2 - math.sqrt(2))
+    # a layer that swaps the halves: each sentence is predicted from the OTHER language only:
+    # p_a = ŝ_b = (0, 1) ⟂ s_a → 2; p_b = ŝ_a = (1, 1), cos with s_b = 1/√2 → 2 − √2
+    swap = torch.zeros(4, 4)
+    swap[0, 2] = swap[1, 3] = swap[2, 0] = swap[3, 1] = 1.0
+    loss = mclm_loss(_hand_head(swap), s_a, s_b, m_a, m_b).detach()
+    assert float(loss) == pytest.approx(4 - math.sqrt(2))
+    # three languages: the three unique pairs, summed (de–en, de–fr, en–fr)
+    head = _hand_head(torch.eye(4))
+    reps = {"en": s_a, "de": s_b, "fr": m_a}
+    total = mclm_all_pairs(head, reps, {"en": m_a, "de": m_b, "fr": m_a})
+    with torch.no_grad():
+        expected = (float(mclm_loss(head, s_b, s_a, m_b, m_a))
+                    + float(mclm_loss(head, s_b, m_a, m_b, m_a))
+                    + float(mclm_loss(head, s_a, m_a, m_a, m_a)))
+    assert float(total.detach()) == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------------------------
+# MULE's constraints (§3.3)
+
+from pseudopairs.smalr.constraints import (LanguageClassifier, gradient_reversal,  # noqa: E402
+                                           image_sentence_loss, neighbourhood_loss)
+
+
+def test_gradient_reversal_flips_the_sign():
+    x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    w = torch.tensor([0.5, 1.0, -4.0])
+    y = gradient_reversal(x, 0.5)
+    assert torch.equal(y.detach(), x.detach())                       # identity forward
+    (y * w).sum().backward()
+    assert torch.allclose(x.grad, -0.5 * w)                          # d/dx = −0.5 · w
+    x.grad = None
+    (x * w).sum().backward()
+    assert torch.allclose(x.grad, w)                                 # without it: +w
+
+
+def test_language_classifier_by_hand_and_adversarial_gradient():
+    clf = LanguageClassifier(2, ["en", "de"])
+    with torch.no_grad():
+        clf.layers.weight.copy_(torch.tensor([[1.0, 0], [0, 1]]))
+        clf.layers.bias.zero_()
+    # rows (2, 0) "en" and (0, 0) "de": logits (2, 0) → −log(e²/(e²+1)); (0, 0) → log 2
+    x = torch.tensor([[2.0, 0], [0, 0]], requires_grad=True)
+    loss = clf.loss(x, ["en", "de"])
+    expected = (math.log(1 + math.exp(-2)) + math.log(2)) / 2
+    assert float(loss.detach()) == pytest.approx(expected)
+    loss.backward()
+    # the classifier descends its loss; the input gets the reversed gradient (it ascends)
+    logits = x.detach().clone().requires_grad_()
+    torch.nn.functional.cross_entropy(logits @ torch.eye(2), torch.tensor([0, 1])).backward()
+    assert torch.allclose(x.grad, -logits.grad)
+    assert clf.layers.weight.grad is not None
+
+
+def test_neighbourhood_and_image_sentence_losses_are_the_triplet_losses():
+    x = _four_sentences()
+    assert float(neighbourhood_loss(x, [0, 0, 1, 2], margin=0.2, top_k=1)) == pytest.approx(0.24)
+    # images = sentences 0 and 2; sentences 1 and 3; cosines by hand: i0·s1 = .6, i0·s3 = 0,
+    # i1·s1 = .48, i1·s3 = .48; positives (0, 1) ... image 0 ↔ s1, image 1 ↔ s3; margin .2
+    #   images as anchors: i0: .2 − .6 + 0 = −.4 → 0; i1: .2 − .48 + .48 = .2 → mean .1
+    #   sentences: s1: .2 − .6 + .48 = .08; s3: .2 − .48 + 0 = −.28 → 0 → mean .04
+    loss = image_sentence_loss(x[[0, 2]], x[[1, 3]], torch.eye(2, dtype=torch.bool),
+                               margin=0.2, top_k=1)
+    assert float(loss) == pytest.approx(0.1 + 1.5 * 0.04)
+
+
+# --------------------------------------------------------------------------------------------
+# CLC (§3.4)
+
+from pseudopairs.smalr.clc import (CLCClassifier, clc_a, clc_c, eq3_loss,  # noqa: E402
+                                   positives_of, train_clc_c)
+
+
+def _toy_scores():
+    # 3 languages × 2 queries × 2 images
+    return torch.tensor([[[0.9, 0.1], [0.2, 0.4]],      # en
+                         [[0.3, 0.6], [0.5, 0.7]],      # de
+                         [[0.6, -0.1], [-0.4, 1.0]]])   # fr
+
+
+def test_clc_a_is_the_mean_over_languages_by_hand():
+    # (0.9 + 0.3 + 0.6)/3 = .6, (0.1 + 0.6 − 0.1)/3 = .2, (0.2 + 0.5 − 0.4)/3 = .1,
+    # (0.4 + 0.7 + 1.0)/3 = .7
+    assert torch.allclose(clc_a(_toy_scores()), torch.tensor([[0.6, 0.2], [0.1, 0.7]]))
+
+
+def test_clc_c_with_hand_set_weights():
+    model = CLCClassifier(3, hidden=2)
+    with torch.no_grad():
+        model.hidden.weight.copy_(torch.tensor([[1.0, 0, 0], [0, 1, 1]]))
+        model.output.weight.copy_(torch.tensor([[1.0, 0.5]]))
+    # score = relu(en) + 0.5 · relu(de + fr)
+    #   (0, 0): .9 + .5 · .9 = 1.35   (0, 1): .1 + .5 · .5 = .35
+    #   (1, 0): .2 + .5 · relu(.1) = .25   (1, 1): .4 + .5 · 1.7 = 1.25
+    assert torch.allclose(clc_c(model, _toy_scores()), torch.tensor([[1.35, 0.35], [0.25, 1.25]]))
+    assert torch.allclose(clc_c(model, _toy_scores(), chunk=1), clc_c(model, _toy_scores()))
+
+
+def test_clc_c_has_002s_parameter_count_and_starts_at_relu_clc_a_when_constant():
+    assert paper.clc_c_parameters(10) == paper.CLC_PARAMETERS_TEN_LANGUAGES == 352
+    assert parameter_count(CLCClassifier(10)) == 352
+    constant = CLCClassifier(3, init="constant")
+    assert torch.allclose(clc_c(constant, _toy_scores()), torch.relu(clc_a(_toy_scores())))
+    a, b = CLCClassifier(3, seed=1), CLCClassifier(3, seed=1)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def _clc_world(seed=0, queries=24, images=12):
+    # language 0 scores the right image high, language 1 is noise, language 2 is mildly right
+    gen = torch.Generator().manual_seed(seed)
+    query_images = torch.arange(queries) % images
+    truth = positives_of(query_images, images).float()
+    scores = torch.stack([truth * 0.5 + 0.5 * torch.rand(queries, images, generator=gen),
+                          torch.rand(queries, images, generator=gen),
+                          truth * 0.1 + torch.rand(queries, images, generator=gen)])
+    return scores, query_images
+
+
+def test_eq3_loss_recomputing_only_the_selected_scores_matches_the_full_loss():
+    scores, query_images = _clc_world()
+    positive = positives_of(query_images, scores.shape[2])
+    model = CLCClassifier(3, seed=2)
+    loss = eq3_loss(model, scores, positive, margin=0.1, top_k=3, chunk=5)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    full = model(scores)                                    # (Q, I) with gradient
+    reference = bidirectional_triplet_loss(full.t(), positive.t(), margin=0.1, top_k=3,
+                                           second_weight=1.5)
+    reference.backward()
+    assert float(loss.detach()) == pytest.approx(float(reference.detach()))
+    assert all(torch.allclose(g, p.grad) for g, p in zip(grads, model.parameters()))
+    assert all(float(g.abs().sum()) > 0 for g in grads)
+
+
+def test_train_clc_c_lowers_its_loss_and_is_seeded():
+    scores, query_images = _clc_world()
+    run = train_clc_c(scores, query_images, margin=0.1, top_k=3, learning_rate=0.05, seed=4)
+    assert len(run.losses) == 30 and run.losses[-1] < run.losses[0]
+    again = train_clc_c(scores, query_images, margin=0.1, top_k=3, learning_rate=0.05, seed=4)
+    assert run.losses == again.losses
+    with pytest.raises(ValueError, match="image indices"):
+        train_clc_c(scores, query_images + 100, margin=0.1, top_k=3, learning_rate=0.05)
