@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO, snakemake_exe
-from pseudopairs.config import check_config, load_config, load_schema
+from pseudopairs.config import check_config, load_config
 
 SRC = REPO / "src" / "pseudopairs"
 STAGES = ("data", "features", "model", "evaluation", "mining", "translation", "report")
@@ -126,7 +126,7 @@ def test_a_throwaway_criterion_through_the_registry_alone(tmp_path):
         name="farthest", summary="the least similar caption (a test criterion)",
         definition="argmax_d −w·cos(q, d)", search=search,
         reference=lambda cos, params: argmax_reference(-params["weight"] * cos),
-        params=(criteria.Param("weight", 1.0, float, 0.0, "a positive number", low_open=True),)))
+        params=(criteria.param("weight", 1.0, kind=float, low=0.0, low_open=True, what="a positive number"),)))
     try:
         rng = np.random.default_rng(0)
         queries, database = rng.standard_normal((9, 5)), rng.standard_normal((7, 5))
@@ -174,39 +174,8 @@ def test_similarity_functions_and_objectives_are_registries_the_settings_read():
     assert defaults["similarity"] in SIMILARITIES and defaults["objective"] in OBJECTIVES
 
 
-# --------------------------------------------------------------------------------------------
-# One settings mechanism, which the schema agrees with
-# --------------------------------------------------------------------------------------------
-
-
-def _schema_section(schema: dict, *path: str) -> dict:
-    node = schema["properties"]
-    for key in path[:-1]:
-        node = node[key]["properties"]
-    node = node[path[-1]]
-    if "$ref" in node:
-        node = {**schema["$defs"][node["$ref"].split("/")[-1]], **node}
-    return node
-
-
-@pytest.mark.parametrize("section, cls_path", [
-    (("features",), "pseudopairs.features.settings:FeatureSettings"),
-    (("feature_pretraining",), "pseudopairs.features.pretraining:PretrainSettings"),
-    (("model",), "pseudopairs.model.settings:ModelSettings"),
-    (("training",), "pseudopairs.model.settings:TrainingSettings"),
-    (("mining",), "pseudopairs.mining.settings:MiningSettings"),
-])
-def test_the_schema_lists_each_setting_with_the_settings_default(section, cls_path):
-    import importlib
-
-    module, name = cls_path.split(":")
-    cls = getattr(importlib.import_module(module), name)
-    node = _schema_section(load_schema(), *section)
-    assert set(node["properties"]) == {name for name, _, _ in cls.describe()}
-    defaults = cls.defaults()
-    for key, prop in node["properties"].items():
-        if "default" in prop:
-            assert prop["default"] == defaults[key], key
+# One settings mechanism, from which the schema's settings sections are generated: see
+# tests/test_settings_schema.py (every section, field by field).
 
 
 # --------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_shipped_configs_are_valid(name):
         (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(criterion="hubless"),
          "config key 'pseudopairs.de_coco.csls.mining.criterion'"),
         (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(k=0),
-         "config key 'pseudopairs.de_coco.csls.mining.k': k must be a positive whole number, got 0"),
+         "config key 'pseudopairs.de_coco.csls.mining.k': 0 is less than the minimum of 1"),
         (lambda c: c["training"].update(c2c_warmup=2.0),
          "config key 'training.c2c_warmup': 2.0 is greater than the maximum of 1"),
         (lambda c: c["training"].update(objective="joint?"),
@@ -80,9 +80,9 @@ def test_shipped_configs_are_valid(name):
         (lambda c: c["translation"]["model"].update(quantization="int4"),
          "config key 'translation.model.quantization': 'int4' is not one of"),
         (lambda c: c["translation"]["train"].update(epoch=3),
-         "config key 'translation.train': unknown setting(s) translation.train.epoch"),
+         "config key 'translation.train': unknown key(s) 'epoch'"),
         (lambda c: c["translation"]["translate"].update(beam_size=0),
-         "config key 'translation.translate.beam_size': must be an integer >= 1, got 0"),
+         "config key 'translation.translate.beam_size': 0 is less than the minimum of 1"),
         # paper 004's tables: per-table columns, per-language rows, the test corpus, the seeds
         (lambda c: c["tables"]["table_lessons4"]["rows"][1]["paper"].update(en=[67.4, 55.1, 1.0]),
          ("config key 'tables.table_lessons4.rows.1.paper.en': 3 numbers for the table's 2 columns "
@@ -121,6 +121,76 @@ def test_bad_config_names_the_key(mutate, message):
     with pytest.raises(ConfigError) as err:
         check_config(config)
     assert message in str(err.value)
+
+
+# What the settings classes document as valid, the config checks accept (the schema's settings
+# sections are generated from the classes: pseudopairs.settings.expand_schema).
+@pytest.mark.parametrize("mutate", [
+    lambda c: c["training"].update(grad_clip=0),            # "0 = none"
+    lambda c: c["training"].update(device="cuda:1"),        # "auto | cpu | cuda | cuda:N"
+    lambda c: c["training"].update(threads=0),              # "0: torch's default"
+    lambda c: c["experiments"]["en"].update(training={"grad_clip": 0, "device": "cuda:0", "threads": 0}),
+    lambda c: c["translation"]["train"].update(max_steps=None, dropout=0.0),
+    lambda c: c["translation"]["translate"].update(intra_threads=0, threads=1),
+    lambda c: c["features"].update(threads=None),
+    lambda c: c["world"].pop("image_size"),                 # a default of its class
+])
+def test_what_the_settings_document_as_valid_is_accepted(mutate):
+    config = copy.deepcopy(shipped("config.yaml"))
+    mutate(config)
+    check_config(config)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["training"].update(grad_clip=-1), "config key 'training.grad_clip': -1 is less than the minimum of 0"),
+    (lambda c: c["training"].update(device="gpu"), "config key 'training.device': must be auto, cpu, cuda or cuda:N (got 'gpu')"),
+    (lambda c: c["training"].update(threads=-1), "config key 'training.threads'"),
+    (lambda c: c["experiments"]["en"].update(training={"grad_clip": -0.5}),
+     "config key 'experiments.en.training.grad_clip': -0.5 is less than the minimum of 0"),
+    (lambda c: c["experiments"]["en"].update(training={"device": "gpu"}),
+     "config key 'training.device': must be auto, cpu, cuda or cuda:N (got 'gpu') (with the overrides of experiments.en.training)"),
+    (lambda c: c["experiments"]["en"].update(training={"learning_rat": 1}),
+     "config key 'experiments.en.training': unknown key(s) 'learning_rat'"),
+    (lambda c: c["translation"]["train"].update(layers=3), "config key 'translation.train': unknown key(s) 'layers'"),
+    (lambda c: c["translation"]["translate"].update(beams=3), "config key 'translation.translate': unknown key(s) 'beams'"),
+    (lambda c: c["translation"]["translate"].update(threads=0), "config key 'translation.translate.threads'"),
+    (lambda c: c["translation"]["train"].update(dropout=1.0),
+     "config key 'translation.train.dropout': 1.0 is greater than or equal to the maximum of 1.0"),
+    (lambda c: c["training"].update(c2c_warmup=0), "config key 'training.c2c_warmup': 0 is less than or equal to the minimum of 0"),
+    (lambda c: c["world"].update(max_groups=4), "config key 'world.max_groups': 4 is greater than the maximum of 3"),
+    (lambda c: c["world"]["images"].pop("coco"), "config key 'world.images': 'coco' is a required property"),
+    (lambda c: c["features"].update(resize=8), "config key 'features.resize': 8 is less than the minimum of 16"),
+    (lambda c: c["mining"].update(device="cuda:0"), "config key 'mining.device': 'cuda:0' is not one of ['auto', 'cpu', 'cuda']"),
+    (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(tol=-1.0),
+     "config key 'pseudopairs.de_coco.csls.mining.tol': -1.0 is less than the minimum of 0.0"),
+    (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(kk=3),
+     "config key 'pseudopairs.de_coco.csls.mining': unknown key(s) 'kk'"),
+])
+def test_what_the_settings_call_invalid_is_refused_naming_the_key(mutate, message):
+    config = copy.deepcopy(shipped("config.yaml"))
+    mutate(config)
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert message in str(err.value)
+
+
+def test_settings_defaults_the_workflow_reads_are_filled_in_and_no_others():
+    """``x-fill`` in the schema: a default the rules read from the config is written into it (as
+    the hand-written schema did); any other default is left to the step, so the jobs' parameters
+    of a config that omits it stay what they were."""
+    config = copy.deepcopy(shipped("config.yaml"))
+    for key in ("device", "threads"):
+        config["training"].pop(key)
+    config["world"].pop("image_size")
+    assert "max_groups" not in config["world"]
+    check_config(config)
+    assert config["training"]["device"] == "auto" and config["training"]["threads"] == 1
+    assert config["world"]["max_groups"] == 3 and config["world"]["image_size"] == 112
+    assert "objective" not in config["training"] and "similarity" not in config["training"]
+    assert "checkpoint_every" not in config["translation"]["train"]
+    assert "device_index" not in config["translation"]["translate"]
+    assert "training" not in config["experiments"]["en"]
+    assert set(config["experiments"]["en_oe"]["training"]) == {"similarity", "margin", "max_violation"}
 
 
 def test_snakemake_refuses_bad_config_before_any_job(tmp_path):

@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from pseudopairs.translation.settings import TranslateSection
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -25,7 +27,11 @@ def _key(path) -> str:
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    """The config schema, each settings section (``x-settings: module:Class``) generated from its
+    settings class (:func:`pseudopairs.settings.expand_schema`): a setting is declared once."""
+    from pseudopairs.settings import expand_schema
+
+    return expand_schema(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
 
 
 def _set_defaults(validator_class):
@@ -135,11 +141,11 @@ def _pseudopair_errors(config: dict) -> list[str]:
 def _criterion_errors(config: dict, name: str, pp: dict, where: str) -> list[str]:
     """A pseudopair set's criterion and parameters, checked by the criteria registry — against
     the sizes of its queries and database when they are known before any job runs."""
-    from pseudopairs.experiments import DEFAULT_CRITERION, known_caption_count
+    from pseudopairs.experiments import known_caption_count
     from pseudopairs.mining import criteria
 
     mining = dict(pp.get("mining", {}))
-    criterion = mining.pop("criterion", DEFAULT_CRITERION)
+    criterion = mining.pop("criterion", criteria.DEFAULT_CRITERION)
     if criterion not in criteria.CRITERIA:
         return [f"{where}.mining.criterion': unknown criterion {criterion!r}; known: "
                 f"{', '.join(criteria.CRITERIA.names())}"]
@@ -157,7 +163,7 @@ def _criterion_errors(config: dict, name: str, pp: dict, where: str) -> list[str
 
 
 #: ``translation.translate`` keys that are not CTranslate2 settings (the job's CPU threads).
-TRANSLATE_JOB_KEYS = ("threads",)
+TRANSLATE_JOB_KEYS = TranslateSection.JOB_KEYS
 
 
 def _translation_errors(config: dict) -> list[str]:
@@ -168,7 +174,7 @@ def _translation_errors(config: dict) -> list[str]:
     translated = [name for name, ds in datasets.items() if "translation" in ds]
     if "translation" not in config:
         return [f"config key 'translation': required by the translated data set(s) {translated}"] if translated else []
-    from pseudopairs.translation.settings import QUANTIZATIONS, TrainSettings, TranslateSettings
+    from pseudopairs.translation.settings import QUANTIZATIONS, TrainSettings
 
     section = config["translation"]
     model = section["model"]
@@ -200,8 +206,7 @@ def _translation_errors(config: dict) -> list[str]:
             for lang in (model["source_lang"], model["target_lang"]):
                 if lang not in files:
                     messages.append(f"config key 'translation.model.parallel_text.{split}': no {lang!r} file")
-    translate = {k: v for k, v in section["translate"].items() if k not in TRANSLATE_JOB_KEYS}
-    for settings, values in ((TrainSettings, section["train"]), (TranslateSettings, translate)):
+    for settings, values in ((TrainSettings, section["train"]), (TranslateSection, section["translate"])):
         try:
             settings.from_dict(values)
         except (ValueError, TypeError) as err:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pseudopairs import layout
+from pseudopairs.mining.criteria import DEFAULT_CRITERION
 
 SPLITS = ("train", "val", "test")
 
@@ -270,7 +271,6 @@ def pseudopair_sets(config: dict) -> list[str]:
     return list(config.get("pseudopairs", {}))
 
 
-DEFAULT_CRITERION = "cosine"  # the paper's (§2.2)
 
 
 def criterion(config: dict, name: str) -> str:

@@ -4,8 +4,11 @@ A step's settings are a frozen dataclass deriving from :class:`Settings`, each f
 with :func:`setting` (its default, its kind, its range or choices). :meth:`Settings.from_dict`
 builds it from a config section (a JSON object): unknown keys and missing required keys are
 errors naming the config key (``features.crop``), a value of the wrong kind or out of range too.
-The default of a setting is spelled there once; the config files set values, and a test checks
-that the JSON schema (workflow/schemas) lists the same keys with the same defaults.
+The default of a setting is spelled there once; the config files set values. The JSON schema
+(workflow/schemas/config.schema.yaml) does not repeat a setting: a section there is a node
+``{x-settings: "module:Class"}``, which :func:`expand_schema` replaces by the class's
+:meth:`Settings.json_schema` (type, range with its open or closed ends, choices, default,
+description) when the schema is loaded.
 
 The same mechanism declares the parameters of every registered extension (a mining criterion's
 ``k``, ``beta``; see :mod:`pseudopairs.registry`).
@@ -25,13 +28,16 @@ _KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str:
 
 def setting(default: Any = MISSING, *, kind: type, low: float | None = None,
             high: float | None = None, low_open: bool = False, high_open: bool = False,
-            choices: Sequence[Any] | None = None, optional: bool = False, doc: str = "") -> Any:
+            choices: Sequence[Any] | None = None, optional: bool = False, doc: str = "",
+            shape: dict | None = None) -> Any:
     """A settings field: ``kind`` (int, float, bool, str, dict, list), an optional range
     ``[low, high]`` (``low_open``/``high_open`` exclude the bound), or ``choices``; ``optional``
-    admits ``None``; ``doc`` is shown in the docs. No default = required."""
+    admits ``None``; ``doc`` is shown in the docs and the schema. No default = required.
+    ``shape``: for a dict or list setting, the JSON schema of its inside (the config schema
+    checks it; the class's :meth:`Settings.check` may check it too)."""
     meta = {"kind": kind, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "optional": optional,
-            "doc": doc}
+            "doc": doc, "shape": shape}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -144,6 +150,119 @@ class Settings:
     def describe(cls) -> list[tuple[str, str, str]]:
         """(name, what it must be, doc) per setting, for documentation tables."""
         return [(f.name, _describe(f.metadata), f.metadata.get("doc", "")) for f in fields(cls)]
+
+    @classmethod
+    def json_schema(cls, *, partial: bool = False, fill: Sequence[str] | bool = False) -> dict:
+        """The config section as a JSON schema (draft 2020-12): a closed object, one property
+        per setting (:func:`field_schema`), the settings without a default required.
+
+        ``partial``: overrides of the section (an experiment's ``training``): nothing required,
+        nothing filled in. ``fill``: the settings whose default the config check writes into the
+        config (JSON schema ``default``; the workflow reads them from the config), True for all;
+        the others' defaults are applied by the step that builds this class and shown in the
+        description only, so a config that omits them hands the steps what it always did."""
+        names = [f.name for f in fields(cls)]
+        filled = set() if partial else set(names) if fill is True else set(fill or ())
+        unknown = filled - set(names)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: no setting(s) {sorted(unknown)} to fill in")
+        out: dict[str, Any] = {"type": "object", "additionalProperties": False}
+        if cls.__doc__:
+            out["description"] = " ".join(cls.__doc__.split())
+        out["properties"] = {f.name: field_schema(f, fill=f.name in filled) for f in fields(cls)}
+        required = [f.name for f in fields(cls) if _default(f) is MISSING]
+        if required and not partial:
+            out["required"] = required
+        return out
+
+
+def _default(f) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string", dict: "object",
+               list: "array"}
+
+
+def value_schema(meta: dict) -> dict:
+    """The JSON schema of one setting's value (its metadata from :func:`setting`): the kind, the
+    range (``minimum``/``exclusiveMinimum``, ``maximum``/``exclusiveMaximum``), the choices
+    (``enum``), ``null`` where optional, and the ``shape`` of a dict or list."""
+    if meta["choices"] is not None:
+        out: dict[str, Any] = {"enum": list(meta["choices"]) + ([None] if meta["optional"] else [])}
+    else:
+        kind = _JSON_TYPES[meta["kind"]]
+        out = {"type": [kind, "null"] if meta["optional"] else kind}
+        if meta["kind"] in (int, float):
+            if meta["low"] is not None:
+                out["exclusiveMinimum" if meta["low_open"] else "minimum"] = meta["low"]
+            if meta["high"] is not None:
+                out["exclusiveMaximum" if meta["high_open"] else "maximum"] = meta["high"]
+    if meta.get("shape"):
+        out.update(meta["shape"])
+    return out
+
+
+def field_schema(f, *, fill: bool = False) -> dict:
+    """A settings field as a JSON-schema property: :func:`value_schema`, the description (its
+    ``doc``) and its default — as ``default`` when ``fill`` (the config check writes it into the
+    config), else named in the description."""
+    out = value_schema(f.metadata)
+    default = _default(f)
+    doc = f.metadata.get("doc", "")
+    if default is not MISSING and fill:
+        out["default"] = default
+    elif default is not MISSING:
+        doc = f"{doc}; default {_json_text(default)}" if doc else f"default {_json_text(default)}"
+    if doc:
+        out["description"] = doc
+    return out
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+#: The key of a schema node generated from a settings class: ``{x-settings: "module:Class"}``;
+#: ``x-partial: true`` (overrides of a section) and ``x-fill: [names] | true`` are passed to
+#: :meth:`Settings.json_schema`. Any other key of the node (``default``, ``description``) is
+#: kept over the generated ones.
+SCHEMA_KEY = "x-settings"
+_SCHEMA_OPTIONS = {"x-partial": "partial", "x-fill": "fill"}
+
+
+def _import(target: str) -> Any:
+    import importlib
+
+    module, _, name = target.partition(":")
+    if not name:
+        raise ValueError(f"{SCHEMA_KEY}: {target!r} must be 'module:name'")
+    return getattr(importlib.import_module(module), name)
+
+
+def expand_schema(schema: Any) -> Any:
+    """``schema`` with every ``x-settings`` node replaced by the JSON schema its class (or any
+    object with a ``json_schema(**options)``) generates; a node may not also list
+    ``properties`` (each setting is declared once, in its class)."""
+    if isinstance(schema, list):
+        return [expand_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if SCHEMA_KEY in schema:
+        if "properties" in schema:
+            raise ValueError(f"schema node {schema[SCHEMA_KEY]!r}: its settings come from the class; "
+                             "it lists properties too")
+        options = {_SCHEMA_OPTIONS[k]: v for k, v in schema.items() if k in _SCHEMA_OPTIONS}
+        generated = _import(schema[SCHEMA_KEY]).json_schema(**options)
+        rest = {k: v for k, v in schema.items() if k != SCHEMA_KEY and k not in _SCHEMA_OPTIONS}
+        return {**generated, **rest}
+    return {key: expand_schema(value) for key, value in schema.items()}
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ class FeatureSettings(Settings):
     arch: str = setting("resnet50", kind=str, choices=("resnet18", "resnet34", "resnet50", "resnet101"),
                         doc="torchvision ResNet (paper: resnet50); its average-pool size is the feature size")
     seed: int = setting(0, kind=int, low=0, doc="initialisation seed with weights: none")
-    resize: int = setting(128, kind=int, low=1, doc="shorter side before the centre crop (paper: 256)")
-    crop: int = setting(112, kind=int, low=1, doc="centre crop (paper: 224)")
+    resize: int = setting(128, kind=int, low=16, doc="shorter side before the centre crop (paper: 256)")
+    crop: int = setting(112, kind=int, low=16, doc="centre crop (paper: 224)")
     dtype: str = setting("float16", kind=str, choices=("float16", "float32"), doc="stored feature type")
     format: str = setting("npz", kind=str, choices=("npz", "parquet"), doc="feature file format")
     batch_size: int = setting(32, kind=int, low=1, doc="images per forward batch")

@@ -275,8 +275,9 @@ def column_offset_error(ctx: SearchContext, offsets32: np.ndarray) -> tuple[floa
 # --------------------------------------------------------------------------------------------
 
 
-def nearest_neighbours(queries, database, *, criterion="cosine", k=None, beta=None, device=None,
-                       block_size=None, progress=False, similarity="cosine", **params):
+def nearest_neighbours(queries, database, *, criterion=criteria_registry.DEFAULT_CRITERION, k=None,
+                       beta=None, device=None, block_size=None, progress=False, similarity="cosine",
+                       **params):
     """For each query row, its match among the database rows under ``criterion`` (a registered
     criterion; :func:`pseudopairs.mining.criteria.docs_table` lists them with their definitions).
 
@@ -335,7 +336,8 @@ def argmax_reference(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best.astype(np.int64), score[np.arange(score.shape[0]), best].astype(np.float32)
 
 
-def nearest_neighbours_reference(queries, database, *, criterion="cosine", k=None, beta=None, **params):
+def nearest_neighbours_reference(queries, database, *, criterion=criteria_registry.DEFAULT_CRITERION,
+                                 k=None, beta=None, **params):
     """:func:`nearest_neighbours` by brute force on the full float64 cosine matrix (the
     criterion's reference definition); small inputs only. Returns the same pair."""
     spec = criteria_registry.get(criterion)

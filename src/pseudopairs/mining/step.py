@@ -14,7 +14,7 @@ import pandas as pd
 from pseudopairs import cli
 from pseudopairs.io import (check_caption_texts, read_captions, read_pairs,
                             write_json_atomic, write_parquet_atomic)
-from pseudopairs.mining.criteria import check_params
+from pseudopairs.mining.criteria import DEFAULT_CRITERION, check_params
 from pseudopairs.mining.search import nearest_neighbours, pair_cosines
 from pseudopairs.mining.statistics import usage_summary
 from pseudopairs.mining.settings import ENGINE_KEYS, MiningSettings
@@ -53,7 +53,7 @@ def mine_pseudopairs(*, spec: dict, pairs_path, stats_path, progress: bool = Tru
 
     spec = _check_mining_spec(spec)
     engine = MiningSettings.from_dict({k: v for k, v in spec["settings"].items() if k in ENGINE_KEYS})
-    criterion = spec["settings"].get("criterion", "cosine")
+    criterion = spec["settings"].get("criterion", DEFAULT_CRITERION)
     params = check_params(criterion, {k: v for k, v in spec["settings"].items()
                                       if k not in ENGINE_KEYS and k != "criterion"})
     settings = {"criterion": criterion, **params, **engine.to_dict()}

@@ -127,3 +127,19 @@ class TranslateSettings(Settings):
         if self.max_batch_size < self.max_input_tokens:
             raise self.bad("max_batch_size", "must be at least translation.translate.max_input_tokens "
                            f"({self.max_input_tokens}) so that the longest input fits in a batch")
+
+
+@dataclass(frozen=True)
+class TranslateSection(TranslateSettings):
+    """The whole ``translation.translate`` section: :class:`TranslateSettings` (what the
+    ``translate-captions`` step takes) and the keys of the job that runs it, :data:`JOB_KEYS`."""
+
+    #: Keys of the job, not of the step: the workflow reads them, the step never sees them.
+    JOB_KEYS: ClassVar[tuple[str, ...]] = ("threads",)
+
+    threads: int = setting(1, kind=int, low=1, doc="CPU threads of the translate job (the rule's threads)")
+
+    def step_settings(self) -> TranslateSettings:
+        """What the step takes: the section without the job's keys."""
+        values = {k: v for k, v in self.to_dict().items() if k not in self.JOB_KEYS}
+        return TranslateSettings(**values)

@@ -26,6 +26,16 @@ def _counts(value: Any, *, key: str, keys: tuple[str, ...], exact: bool, high: i
     return out
 
 
+def _counts_shape(keys: tuple[str, ...], *, high: int, exact: bool) -> dict:
+    """The JSON schema of what :func:`_counts` accepts (for the config schema)."""
+    out = {"additionalProperties": False,
+           "properties": {k: {"type": "integer", "minimum": 1, "maximum": high} for k in keys}}
+    return {**out, "required": list(keys)} if exact else out
+
+
+IMAGE_COUNTS_HIGH, PARALLEL_COUNTS_HIGH = 999_999, 9_999_999
+
+
 @dataclass(frozen=True, kw_only=True)
 class SceneSettings(Settings):
     """What draws and renders a scene (the ``world`` keys the scene stream depends on): the
@@ -56,9 +66,13 @@ class WorldSettings(SceneSettings):
 
     SECTION = "world"
 
-    images: dict = setting(kind=dict, doc="corpus (m30k, coco) -> {train, val, test} image counts")
+    images: dict = setting(kind=dict, doc="corpus (m30k, coco) -> {train, val, test} image counts",
+                           shape={"additionalProperties": False, "required": list(CORPORA),
+                                  "properties": {c: {"type": "object", **_counts_shape(
+                                      SPLITS, high=IMAGE_COUNTS_HIGH, exact=True)} for c in CORPORA}})
     captions_per_image: int = setting(5, kind=int, low=1, high=10, doc="per image and language")
-    parallel: dict = setting({}, kind=dict, doc="split (train, val) -> sentence pairs of the MT model's text")
+    parallel: dict = setting({}, kind=dict, doc="split (train, val) -> sentence pairs of the MT model's text",
+                             shape=_counts_shape(PARALLEL_SPLITS, high=PARALLEL_COUNTS_HIGH, exact=False))
 
     def check(self) -> None:
         super().check()
@@ -68,10 +82,11 @@ class WorldSettings(SceneSettings):
             if corpus not in CORPORA:
                 raise self.bad("images", f"unknown corpus {corpus!r}; expected {list(CORPORA)}")
             try:
-                _counts(sizes, key=f"world.images.{corpus}", keys=SPLITS, exact=True, high=999_999)
+                _counts(sizes, key=f"world.images.{corpus}", keys=SPLITS, exact=True, high=IMAGE_COUNTS_HIGH)
             except ValueError as err:
                 raise self.bad("images", str(err)) from None
         try:
-            _counts(self.parallel, key="world.parallel", keys=PARALLEL_SPLITS, exact=False, high=9_999_999)
+            _counts(self.parallel, key="world.parallel", keys=PARALLEL_SPLITS, exact=False,
+                    high=PARALLEL_COUNTS_HIGH)
         except ValueError as err:
             raise self.bad("parallel", str(err)) from None

@@ -4,7 +4,9 @@ and their ranges, ``k`` against the data at DAG time), the ``mine`` step, the §
 benchmark and the docs table (``docs/architecture.md``, config/README.md).
 
 An entry declares its name, a one-line summary and its definition (shown in the docs), its
-parameters (:class:`Param`: default, kind, range), its exact blocked search (on a
+parameters (:class:`Param`: a field of the settings mechanism, :func:`pseudopairs.settings.setting`
+— default, kind, range — which also gives the config schema of a pseudopair set's ``mining``
+section, :class:`MiningSection`), its exact blocked search (on a
 :class:`pseudopairs.mining.search.SearchContext`) and its brute-force reference on the full float64
 cosine matrix — the definition the tests check the search against. A new criterion = a module
 that calls :func:`register` + its YAML in config/experiments.yaml + its test.
@@ -15,50 +17,70 @@ int64 database rows (−1 = no match, only ``mutual``), ``scores`` float32 (NaN 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from pseudopairs.registry import Registry
+from pseudopairs.settings import SettingsError, check_value, setting, value_schema
 
 # The modules that register the built-in criteria (imported when the registry is first read).
 BUILTIN = ("cosine", "mutual", "csls", "margin", "inverted_softmax", "dynamic_inverted_softmax", "sinkhorn")
 
+#: The criterion of a pseudopair set that names none: the paper's (§2.2).
+DEFAULT_CRITERION = "cosine"
+
 
 @dataclass(frozen=True)
 class Param:
-    """A criterion parameter: ``kind`` int or float, ``low`` the smallest value (excluded when
-    ``low_open``), ``what`` how the docs and errors describe a valid value; ``neighbourhood``:
-    a count of neighbours, so at most the number of queries and of database rows."""
+    """A criterion parameter ``name``: ``field`` is a settings field (:func:`param` makes it with
+    :func:`pseudopairs.settings.setting`: default, kind, range; its ``doc`` says how the docs and
+    errors describe a valid value); ``neighbourhood``: a count of neighbours, so at most the
+    number of queries and of database rows."""
 
     name: str
-    default: Any
-    kind: type
-    low: float
-    what: str
-    low_open: bool = False
+    field: Any
     neighbourhood: bool = False
 
+    @property
+    def default(self) -> Any:
+        return self.field.default
+
+    @property
+    def what(self) -> str:
+        return self.field.metadata["doc"]
+
     def check(self, value: Any) -> Any:
-        ok = (not isinstance(value, bool)) and isinstance(value, (int, np.integer) if self.kind is int
-                                                         else (int, float, np.integer, np.floating))
-        if ok:
-            ok = math.isfinite(float(value)) and (value > self.low if self.low_open else value >= self.low)
-        if not ok:
-            raise ValueError(f"{self.name} must be {self.what}, got {value!r}")
-        return self.kind(value)
+        """``value`` of the parameter's kind (a numpy scalar taken as the number it holds), or a
+        ValueError naming the parameter."""
+        plain = value.item() if isinstance(value, np.generic) else value
+        try:
+            return check_value(plain, self.field.metadata)
+        except SettingsError:
+            raise ValueError(f"{self.name} must be {self.what}, got {value!r}") from None
+
+    def schema(self) -> dict:
+        """The JSON schema of the parameter's value (as of any other setting)."""
+        return value_schema(self.field.metadata)
+
+
+def param(name: str, default: Any, *, kind: type, what: str, low: float | None = None,
+          low_open: bool = False, high: float | None = None, high_open: bool = False,
+          neighbourhood: bool = False) -> Param:
+    """A parameter declared like any setting (``what``: how a valid value is described)."""
+    return Param(name, setting(default, kind=kind, low=low, low_open=low_open, high=high,
+                               high_open=high_open, doc=what), neighbourhood)
 
 
 def whole_number(name: str, default: int, *, neighbourhood: bool = False) -> Param:
     """A parameter that is a positive whole number (``neighbourhood``: a count of neighbours)."""
-    return Param(name, default, int, 1, "a positive whole number", neighbourhood=neighbourhood)
+    return param(name, default, kind=int, low=1, what="a positive whole number", neighbourhood=neighbourhood)
 
 
 def positive_number(name: str, default: float) -> Param:
     """A parameter that is a positive finite number (a temperature such as β)."""
-    return Param(name, default, float, 0.0, "a positive finite number", low_open=True)
+    return param(name, default, kind=float, low=0.0, low_open=True, what="a positive finite number")
 
 
 @dataclass(frozen=True)
@@ -120,3 +142,30 @@ def docs_table() -> str:
         params = ", ".join(f"`{p.name}` = {p.default} ({p.what})" for p in c.params) or "—"
         lines.append(f"| `{name}` | {params} | {c.definition} |")
     return "\n".join(lines)
+
+
+class MiningSection:
+    """A pseudopair set's ``mining`` section for the config schema (``x-settings`` in
+    workflow/schemas/config.schema.yaml): ``criterion``, one of the registered criteria, and the
+    parameters of every criterion (their kind and range, from their :class:`Param`). Which
+    criterion takes which parameter, and a neighbourhood against the data's sizes, are checked by
+    :func:`check_params` (whose errors name both)."""
+
+    @staticmethod
+    def json_schema(*, partial: bool = False, fill: Any = False) -> dict:
+        properties: dict[str, Any] = {"criterion": {
+            "enum": CRITERIA.names(),
+            "description": f"a registered mining criterion (pseudopairs.mining.criteria); default {DEFAULT_CRITERION}"}}
+        users: dict[str, list[tuple[str, Param]]] = {}
+        for name in CRITERIA.names():
+            for p in CRITERIA.get(name).params:
+                users.setdefault(p.name, []).append((name, p))
+        for key, entries in users.items():
+            schemas = []
+            for _, p in entries:
+                if p.schema() not in schemas:
+                    schemas.append(p.schema())
+            prop = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+            prop["description"] = "; ".join(f"{name}: {p.what}, default {p.default}" for name, p in entries)
+            properties[key] = prop
+        return {"type": "object", "additionalProperties": False, "properties": properties}

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pseudopairs.mining.criteria import Criterion, Param, positive_number, whole_number, register
+from pseudopairs.mining.criteria import Criterion, param, positive_number, whole_number, register
 from pseudopairs.mining.criteria import inverted_softmax as isf
 from pseudopairs.mining.search import argmax_reference
 from pseudopairs.similarity import (
@@ -183,7 +183,7 @@ register(Criterion(
     name="sinkhorn", search=search, reference=reference,
     params=(positive_number("beta", DEFAULT_BETA),
             whole_number("iterations", DEFAULT_ITERATIONS),
-            Param("tol", DEFAULT_TOL, float, 0.0, "a finite number ≥ 0")),
+            param("tol", DEFAULT_TOL, kind=float, low=0.0, what="a finite number ≥ 0")),
     summary="Sinkhorn equal-preference scaling (Huang et al. 2019 hubless NN; DBSN 2025)",
     definition="argmax_d β·cos(q, d) − L(d), L = the column log-scaling of exp(β·cos) after Sinkhorn "
                "iterations towards uniform marginals (≤ `iterations`, until ‖ΔL‖∞ ≤ `tol`; one "
