@@ -134,7 +134,8 @@ def test_hard_assignment_of_a_tiny_vocabulary_by_hand():
 def test_hybrid_embedding_rows_by_hand():
     specific, (vocab, kept) = _hand_vocabulary()
     latent_rows = _hand_assigner().latent.detach()[kept]            # [[10, 0], [0, 20]]
-    features = {lang: torch.tensor([FEATURES[w] for w in words]) for lang, words in specific.items()}
+    features = {lang: torch.tensor([FEATURES[w] for w in words])
+                for lang, words in specific.items()}
     embedding = HybridEmbedding.build(vocab, features, latent_rows)
     ids = torch.tensor([vocab.encode("en", "a b c d zz") + [PAD_ID],
                         vocab.encode("de", "x y") + [PAD_ID] * 4])
@@ -412,3 +413,73 @@ def test_train_clc_c_lowers_its_loss_and_is_seeded():
     assert run.losses == again.losses
     with pytest.raises(ValueError, match="image indices"):
         train_clc_c(scores, query_images + 100, margin=0.1, top_k=3, learning_rate=0.05)
+
+
+# --------------------------------------------------------------------------------------------
+# FastText vectors (.vec files; training with gensim, the optional extra `smalr`)
+
+from pseudopairs.smalr.fasttext import (VecFormatError, read_vec, train_fasttext,  # noqa: E402
+                                        write_vec)
+
+
+def test_vec_round_trip_and_word_filter(tmp_path):
+    path = tmp_path / "en.vec"
+    write_vec(path, ["dog", "für", "a\u00a0b"], [[1.5, -2.0], [0.25, 3.0], [1e-8, 7.0]])
+    assert path.read_text(encoding="utf-8").splitlines()[:2] == ["3 2", "dog 1.5 -2"]
+    vectors = read_vec(path, dim=2)
+    assert vectors.words == ["dog", "für", "a\u00a0b"]    # a no-break space stays in the word
+    assert np.array_equal(vectors.vectors, np.array([[1.5, -2], [0.25, 3], [1e-8, 7]],
+                                                    dtype=np.float32))
+    some = read_vec(path, words={"für", "cat"})
+    assert some.words == ["für"] and some.vectors.tolist() == [[0.25, 3.0]]
+    import gzip
+    with gzip.open(tmp_path / "en.vec.gz", "wb") as out:
+        out.write(path.read_bytes())
+    assert read_vec(tmp_path / "en.vec.gz").words == vectors.words
+
+
+@pytest.mark.parametrize("text, where, what", [
+    ("2 3\ndog 1 2 3\ncat 1 2\n", ":3:", "expected the word and 3 numbers, got 2"),
+    ("2 3\ndog 1 2 3\ncat 1 x 3\n", ":3:", "'x' (a value of 'cat') is not a number"),
+    ("3 3\ndog 1 2 3\ncat 1 2 3\n", ":3:", "ends after 2 vectors, the header says 3"),
+    ("1 3\ndog 1 2 3\ncat 1 2 3\n", ":3:", "more vectors than the header's 1"),
+    ("2 3\ndog 1 2 3\ndog 4 5 6\n", ":3:", "'dog' repeats line 2"),
+    ("dog 1 2 3\n", ":1:", "expected the header 'COUNT DIM'"),
+    ("1 3\ndog 1 nan 3\n", ":2:", "non-finite value 'nan'"),
+])
+def test_vec_reader_errors_name_the_file_and_line(tmp_path, text, where, what):
+    path = tmp_path / "bad.vec"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(VecFormatError) as err:
+        read_vec(path)
+    assert str(err.value).startswith(f"{path}{where}") and what in str(err.value)
+
+
+def test_vec_reader_names_a_non_utf8_line_a_wrong_dim_and_a_missing_file(tmp_path):
+    path = tmp_path / "bad.vec"
+    path.write_bytes(b"2 2\ndog 1 2\nc\xe4t 1 2\n")
+    with pytest.raises(VecFormatError, match=rf"^{path}:3: not UTF-8 text"):
+        read_vec(path)
+    path.write_text("1 2\ndog 1 2\n", encoding="utf-8")
+    with pytest.raises(VecFormatError, match=rf"^{path}:1: the vectors are 2-dimensional, "
+                                             "expected 300"):
+        read_vec(path, dim=300)
+    with pytest.raises(FileNotFoundError, match="nowhere.vec"):
+        read_vec(tmp_path / "nowhere.vec")
+
+
+def test_fasttext_training_is_seeded_and_writes_vec(tmp_path):
+    pytest.importorskip("gensim", reason="gensim is the optional extra `smalr`: "
+                                         "pip install 'pseudopairs[smalr]'")
+    sentences = [["a", "dog", "runs", "on", "the", "grass"], ["the", "dog", "sleeps"],
+                 ["a", "cat", "runs"]] * 20
+    first = train_fasttext(sentences, tmp_path / "a.vec", dim=8, seed=5, epochs=2)
+    second = train_fasttext(sentences, tmp_path / "b.vec", dim=8, seed=5, epochs=2)
+    assert (tmp_path / "a.vec").read_bytes() == (tmp_path / "b.vec").read_bytes()
+    assert sorted(first.words) == ["a", "cat", "dog", "grass", "on", "runs", "sleeps", "the"]
+    assert first.vectors.shape == (8, 8)
+    assert read_vec(tmp_path / "a.vec", dim=8).words == first.words
+    # an unseen word gets a vector from its character n-grams
+    asked = train_fasttext(sentences, tmp_path / "c.vec", dim=8, seed=5, epochs=2,
+                           words=["dogs", "cat"])
+    assert asked.words == ["dogs", "cat"] and np.abs(asked.vectors[0]).sum() > 0

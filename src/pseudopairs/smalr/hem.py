@@ -312,7 +312,9 @@ def hybrid_parameter_count(n_specific: int, latent_size: int, feature_dim: int,
     """:class:`HybridEmbedding`'s parameters without building it: (2 + specific + latent) rows
     of ``feature_dim``, plus the projection's weight and bias."""
     rows = (2 + int(n_specific) + int(latent_size)) * int(feature_dim)
-    return rows + (0 if output_dim is None else int(feature_dim) * int(output_dim) + int(output_dim))
+    if output_dim is None:
+        return rows
+    return rows + int(feature_dim) * int(output_dim) + int(output_dim)
 
 
 def per_language_parameter_count(vocabulary_sizes: Mapping[str, int], feature_dim: int,
