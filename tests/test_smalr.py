@@ -483,3 +483,50 @@ def test_fasttext_training_is_seeded_and_writes_vec(tmp_path):
     asked = train_fasttext(sentences, tmp_path / "c.vec", dim=8, seed=5, epochs=2,
                            words=["dogs", "cat"])
     assert asked.words == ["dogs", "cat"] and np.abs(asked.vectors[0]).sum() > 0
+
+
+# --------------------------------------------------------------------------------------------
+# HEM end to end
+
+from pseudopairs.smalr.fasttext import WordVectors  # noqa: E402
+from pseudopairs.smalr.hem_build import Sentence, build_hem  # noqa: E402
+
+
+def _toy_corpus():
+    en = ["a dog runs", "a cat sleeps", "a dog sleeps", "the man runs", "a man sits", "the cat sits"]
+    de = ["ein hund rennt", "eine katze schläft", "ein hund schläft", "der mann rennt",
+          "ein mann sitzt", "die katze sitzt"]
+    sentences = [Sentence(lang, image, tuple(text.split()))
+                 for lang, texts in (("en", en), ("de", de)) for image, text in enumerate(texts)]
+    rng = np.random.default_rng(0)
+    vectors = {}
+    for lang, texts in (("en", en), ("de", de)):
+        words = sorted({w for t in texts for w in t.split()} - {"sits"})   # "sits": no vector
+        vectors[lang] = WordVectors(words=words, vectors=rng.normal(size=(len(words), 6))
+                                    .astype(np.float32))
+    return sentences, vectors
+
+
+def test_build_hem_end_to_end_on_a_toy_corpus():
+    sentences, vectors = _toy_corpus()
+    settings = PretrainSettings(latent_size=5, margin=0.2, top_k=2, explore_top=2,
+                                explore_probability=0.1, learning_rate=0.05, steps=20,
+                                batch_images=4, seed=1)
+    built = build_hem(sentences, vectors, specific_per_language=2, pca_dim=3, settings=settings,
+                      output_dim=4)
+    vocab = built.vocabulary
+    # most frequent: en a (4), then cat/dog/man/runs/sleeps/the at 2 → "cat"; de ein (3), then
+    # hund/katze/mann/rennt/schläft/sitzt... at 2 → "hund" ("sitzt" has a vector in German)
+    assert vocab.specific == {"de": ("ein", "hund"), "en": ("a", "cat")}
+    assert built.missing == {"de": [], "en": ["sits"]}
+    assert UNK_ID not in vocab.encode("en", "the dog runs") + vocab.encode("de", "die katze sitzt")
+    assert vocab.encode("en", "a man sits")[-1] == UNK_ID
+    assert set(built.pca) == {"de", "en"} and built.pca["en"].components.shape == (3, 6)
+    out = built.embedding(torch.tensor([vocab.encode("en", "a dog runs")]))
+    assert out.shape == (1, 3, 4)
+    assert parameter_count(built.embedding) == hybrid_parameter_count(4, vocab.latent_size, 3, 4)
+    again = build_hem(sentences, vectors, specific_per_language=2, pca_dim=3, settings=settings,
+                      output_dim=4)
+    assert again.vocabulary == vocab and again.losses == built.losses
+    assert all(torch.equal(p, q) for p, q in zip(built.embedding.parameters(),
+                                                 again.embedding.parameters()))

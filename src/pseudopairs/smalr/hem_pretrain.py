@@ -69,11 +69,12 @@ def sentence_representations(assigner: LatentAssigner, features: torch.Tensor,
     """(B, T, feature_dim) padded word features and (B,) lengths (each ≥ 1) → (B, latent_dim):
     the mean of each sentence's word latent embeddings (002: "we average the latent embeddings
     of each word")."""
-    lengths = torch.as_tensor(lengths, dtype=torch.int64)
+    lengths = torch.as_tensor(lengths, dtype=torch.int64, device=features.device)
     if bool((lengths < 1).any()):
         raise ValueError("sentence_representations: every sentence needs at least one word")
     words = assigner.embed(features, **embed_options)                      # (B, T, latent_dim)
-    present = (torch.arange(features.shape[1]).unsqueeze(0) < lengths.unsqueeze(1))
+    steps = torch.arange(features.shape[1], device=features.device)
+    present = steps.unsqueeze(0) < lengths.unsqueeze(1)
     present = present.to(words.dtype).unsqueeze(-1)
     return (words * present).sum(dim=1) / lengths.unsqueeze(1).to(words.dtype)
 
