@@ -67,14 +67,19 @@ def site_file(tmp_path: Path, extra: str = "") -> Path:
     return site
 
 
+# a site's placement over config/paper.yaml (which ships none: null = the cluster's default)
+SITE_SLURM = "resources: {slurm: {partition: {cpu: cpu, gpu: gpu}, account: proj123}}\n"
+
+
 @pytest.fixture(scope="module")
 def paper_slurm_dry_run(tmp_path_factory) -> str:
-    """The whole paper workflow (rule all) planned with the SLURM profile, plus a command-line
-    --set-resources (which replaces a profile's set-resources as a whole)."""
+    """The whole paper workflow (rule all) planned with the SLURM profile and a site's partitions
+    and account, plus a command-line --set-resources (which replaces a profile's set-resources as
+    a whole)."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     tmp_path = tmp_path_factory.mktemp("paper_slurm")
     result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
-                           "--configfile", str(PAPER), str(site_file(tmp_path)),
+                           "--configfile", str(PAPER), str(site_file(tmp_path, SITE_SLURM)),
                            "--set-resources", "train:mem_mb=64000")
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -90,20 +95,20 @@ def paper_models() -> int:
 
 
 def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_dry_run):
-    """config/paper.yaml's resources.slurm places every job (GPU jobs in the GPU partition), and a
+    """The site's resources.slurm places every job (GPU jobs in the GPU partition), and a
     --set-resources for one resource of one rule changes that resource only."""
     rules = by_rule(dry_run_jobs(paper_slurm_dry_run))
     assert len(rules["train"]) == paper_models() >= 45 * 3
     for job in rules["train"]:
         assert (job["slurm_partition"], job["slurm_account"], job["gpu"], job["mem_mb"], job["runtime"],
-                job["threads"]) == ("gpu", "myaccount", "1", "64000", "1440", 4)
+                job["threads"]) == ("gpu", "proj123", "1", "64000", "120", 4)
     for rule in ("evaluate", "features", "mine", "translate"):
         for job in rules[rule]:
-            assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "myaccount", "1"), job
+            assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "proj123", "1"), job
     assert {job["mem_mb"] for job in rules["evaluate"]} == {"16000"}   # not train's 64000
     for rule in ("download_multi30k", "prepare_captions", "read_coco", "convert_mt", "table"):
         for job in rules[rule]:
-            assert "gpu" not in job and (job["slurm_partition"], job["slurm_account"]) == ("cpu", "myaccount")
+            assert "gpu" not in job and (job["slurm_partition"], job["slurm_account"]) == ("cpu", "proj123")
     # optional placement keys are unset in config/paper.yaml, so they are not asked for at all
     assert not {"qos", "constraint", "gpu_model", "gres", "slurm_extra"} & {k for job in rules["train"] for k in job}
 
@@ -192,27 +197,48 @@ def parsed_workflow(tmp_path, configfiles):
         yield workflow._workflow
 
 
-def test_memory_and_walltime_grow_with_each_attempt(tmp_path):
+def test_memory_grows_with_each_attempt_and_walltime_up_to_the_sites_cap(tmp_path):
     """A job retried after running out of memory or time (profile: retries) asks for its memory
-    and walltime times the attempt number."""
+    times the attempt number, and its walltime times the attempt number up to
+    resources.runtime_cap (config/paper.yaml: 360 min), which train and evaluate -- one group
+    job -- share in proportion to their own times."""
     from snakemake.iocontainers import InputFiles, Wildcards
 
     with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
         model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
-        for attempt in (1, 2, 3):
+        asked = {}
+        for attempt in (1, 2, 3, 4):
             train = rules["train"].expand_resources(model, InputFiles(), attempt)
-            assert (train["mem_mb"], train["runtime"], train["gpu"]) == (32000 * attempt, 1440 * attempt, 1)
             evaluate = rules["evaluate"].expand_resources(model, InputFiles(), attempt)
-            assert (evaluate["mem_mb"], evaluate["runtime"]) == (16000 * attempt, 30 * attempt)
+            assert (train["mem_mb"], train["gpu"], evaluate["mem_mb"]) == (32000 * attempt, 1, 16000 * attempt)
+            asked[attempt] = (train["runtime"], evaluate["runtime"])
             table = rules["table"].expand_resources(Wildcards(fromdict={"table": "table1"}), InputFiles(), attempt)
-            assert (table["mem_mb"], table["runtime"]) == (4000 * attempt, 60 * attempt)
+            assert (table["mem_mb"], table["runtime"]) == (4000 * attempt, min(60 * attempt, 360))
+        # 120 + 20 minutes first; doubled on the retry; the 3rd and later attempts (3 x 140 = 420)
+        # capped at 360 in all: 360 x 120/140 and 360 x 20/140, rounded down
+        assert asked == {1: (120, 20), 2: (240, 40), 3: (308, 51), 4: (308, 51)}
+    site = site_file(tmp_path, "resources: {runtime_cap: null}\n")
+    with parsed_workflow(tmp_path, [PAPER, site]) as workflow:   # null: no cap, x attempt
+        rules = {rule.name: rule for rule in workflow.rules}
+        assert rules["train"].expand_resources(model, InputFiles(), 5)["runtime"] == 600
+
+
+def test_a_train_and_evaluate_job_asks_at_most_240_minutes_first(paper_slurm_dry_run):
+    """Every model group job of the paper plan (rule all) asks SLURM for at most 4 h on its first
+    attempt (issue 24: it asked 1,470 min, which partitions capped at 24 h refuse)."""
+    groups: dict[str, int] = {}
+    for job in dry_run_jobs(paper_slurm_dry_run):
+        if job["group"]:
+            groups[job["group"]] = groups.get(job["group"], 0) + int(job["runtime"])
+    assert len(groups) == paper_models() and set(groups.values()) == {140}
 
 
 def test_a_model_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
     """The group job of one model, with Snakemake's own group arithmetic (jobs one after the
     other: walltimes add up, memory/GPUs/cores are the larger), turned into an sbatch call by the
-    SLURM plugin: one GPU, train's memory, both walltimes -- doubled on the retry."""
+    SLURM plugin: one GPU, train's memory, both walltimes -- doubled on the retry, then capped
+    at resources.runtime_cap (here a site's 200 min)."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     from types import SimpleNamespace
 
@@ -221,33 +247,72 @@ def test_a_model_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+    site = site_file(tmp_path, "resources: {runtime_cap: 200, slurm: {partition: {gpu: gpu}}}\n")
+    with parsed_workflow(tmp_path, [PAPER, site]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
         model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
-        for attempt in (1, 2):
+        for attempt, minutes in ((1, 140), (2, 171 + 28), (3, 171 + 28)):
             layers = [[SimpleNamespace(resources=rules[name].expand_resources(model, InputFiles(), attempt),
                                        pipe_group=None)] for name in ("train", "evaluate")]
             group = GroupResources.basic_layered(toposorted_jobs=layers, constraints=workflow.global_resources,
                                                  run_local=False, additive_resources=["runtime"],
                                                  sortby=["runtime"])
             assert (group["slurm_partition"], group["gpu"], group["mem_mb"], group["runtime"], group["_cores"]) == \
-                ("gpu", 1, 32000 * attempt, (1440 + 30) * attempt, 4)
+                ("gpu", 1, 32000 * attempt, minutes, 4)
             job = SimpleNamespace(resources=ResourceList(fromdict=group), threads=group["_cores"])
             call = get_submit_command(job, {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c",
-                                            "account": "-A myaccount", "partition": "-p gpu", "workdir": "w"})
+                                            "account": "", "partition": "-p gpu", "workdir": "w"})
             call += set_gres_string(job)
-            assert f" -t {1470 * attempt} --mem {32000 * attempt} " in call
+            assert f" -t {minutes} --mem {32000 * attempt} " in call
             assert "--cpus-per-task=4" in call and call.endswith(" --gpus=1")
 
 
 def test_every_rule_asks_for_memory_walltime_and_placement(tmp_path):
     """Each rule gets its resources from job_resources(), so a rule added later is placed like
-    the others (here: every rule of the paper workflow has a partition)."""
-    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+    the others (here: with a site's partitions, every rule of the paper workflow has one)."""
+    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path, SITE_SLURM)]) as workflow:
         for rule in workflow.rules:
             if rule.norun:  # target rules (all, default, fetch) run nothing
                 continue
-            assert {"mem_mb", "runtime", "slurm_partition"} <= set(rule.resources), rule.name
+            assert {"mem_mb", "runtime", "slurm_partition", "slurm_account"} <= set(rule.resources), rule.name
+
+
+def test_the_shipped_paper_config_sends_no_site_values(tmp_path):
+    """config/paper.yaml ships no partition or account (null: the cluster's defaults), so
+    nothing made up reaches sbatch; a site file sets them."""
+    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+        for rule in workflow.rules:
+            placed = {"slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra"} & set(rule.resources)
+            assert not placed, (rule.name, placed)
+
+
+@pytest.mark.parametrize("slurm, key", [
+    ("{account: myaccount}", "resources.slurm.account"),
+    ("{account: YOUR_ACCOUNT}", "resources.slurm.account"),
+    ("{partition: {cpu: short, gpu: '<gpu partition>'}}", "resources.slurm.partition.gpu"),
+    ("{qos: CHANGEME}", "resources.slurm.qos"),
+    ("{constraint: xxx}", "resources.slurm.constraint"),
+    ("{extra: '--mail-user=<you@example.org>'}", "resources.slurm.extra"),
+])
+def test_a_placeholder_site_value_is_refused_naming_its_key(slurm, key):
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER)
+    config["resources"]["slurm"].update(yaml.safe_load(slurm))
+    with pytest.raises(ConfigError, match=rf"config key '{re.escape(key)}': .* looks like a placeholder"):
+        check_config(config)
+
+
+def test_real_site_values_and_null_pass_the_check():
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER)
+    config["resources"]["slurm"].update({"account": "proj123", "partition": {"cpu": "cpu", "gpu": "gpu"},
+                                         "qos": None, "constraint": "a100|h100", "extra": "--mail-type=FAIL"})
+    check_config(config)
+
+
+def test_snakemake_refuses_a_placeholder_before_any_job(tmp_path):
+    result = run_snakemake(tmp_path, "-n", "--configfile", str(PAPER),
+                           str(site_file(tmp_path, "resources: {slurm: {account: your_account}}\n")))
+    assert result.returncode != 0
+    assert "config key 'resources.slurm.account': 'your_account' looks like a placeholder" in result.stdout + result.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,3 +487,16 @@ exec "$@"
     (call,) = log.read_text().splitlines()
     assert call.startswith("exec --home ") and f" {REPO / 'pseudopairs.sif'} bash -c " in call
     assert f"export PYTHONPATH={REPO / 'src'}" in call and "python -m pseudopairs world-parallel" in call
+
+
+def test_walltime_caps_a_rule_alone_and_shares_the_cap_within_a_group():
+    from pseudopairs.cluster import walltime
+
+    runtimes = {"default": 60, "train": 120, "evaluate": 20, "features": 240}
+    assert [walltime(runtimes, "features", a, cap=300) for a in (1, 2, 3)] == [240, 300, 300]
+    assert [walltime(runtimes, "mine", a, cap=None) for a in (1, 2, 3)] == [60, 120, 180]
+    grouped = [(walltime(runtimes, "train", a, cap=300, grouped_with=["evaluate"]),
+                walltime(runtimes, "evaluate", a, cap=300, grouped_with=["train"])) for a in (1, 2, 3)]
+    assert grouped == [(120, 20), (240, 40), (257, 42)] and sum(grouped[2]) <= 300
+    with pytest.raises(ValueError, match="attempt must be a whole number >= 1, got 0"):
+        walltime(runtimes, "train", 0, cap=300)

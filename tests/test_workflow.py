@@ -254,7 +254,8 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     flickr = tmp_path / "flickr30k"
     flickr.mkdir()
     site = tmp_path / "site.yaml"
-    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n"
+                    "resources: {slurm: {partition: {cpu: cpu, gpu: gpu}, account: proj123}}\n")
     result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "64",
                            "results/table4.csv", "results/translations/coco.de-mt/train.parquet",
                            "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
@@ -266,15 +267,15 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     assert len(by_rule["train"]) == 24 * 3   # 24 experiments x 3 seeds
     for job in by_rule["train"]:
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
-            ("1", "32000", "1440", "gpu", 4)
+            ("1", "32000", "120", "gpu", 4)
     for job in by_rule["features"]:    # 8 decoding workers + 1 forward thread
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
             ("1", "32000", "240", "gpu", 9)
     for job in by_rule["mine"]:
         assert (job["gpu"], job["slurm_partition"], job["threads"]) == ("1", "gpu", 4)
     for job in by_rule["download_multi30k"] + by_rule["prepare_captions"] + by_rule["table"]:
-        assert "gpu" not in job and job["slurm_partition"] == "cpu" and job["slurm_account"] == "myaccount"
-    assert by_rule["download_coco_images"][0]["runtime"] == "600"
+        assert "gpu" not in job and job["slurm_partition"] == "cpu" and job["slurm_account"] == "proj123"
+    assert by_rule["download_coco_images"][0]["runtime"] == "360"   # resources.runtime_cap
     (translate,) = by_rule["translate"]
     assert (translate["gpu"], translate["mem_mb"], translate["runtime"], translate["slurm_partition"],
             translate["threads"]) == ("1", "16000", "240", "gpu", 8)

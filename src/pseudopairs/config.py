@@ -285,6 +285,9 @@ def _reference_errors(config: dict) -> list[str]:
     messages += _pseudopair_errors(config)
     messages += _translation_errors(config)
     messages += _settings_errors(config)
+    from pseudopairs.cluster import placeholder_errors
+
+    messages += placeholder_errors(config)   # resources.slurm: an example value left in place
     for name, exp in experiments.items():
         for i, ds in enumerate(exp.get("c2i", [])):
             if ds not in datasets:

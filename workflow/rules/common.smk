@@ -44,12 +44,18 @@ def mem_mb(rule):
     return lambda wildcards, attempt: megabytes * attempt
 
 
-def runtime(rule):
+def runtime(rule, *, grouped_with=()):
     """Walltime of one job of ``rule`` in minutes (config ``resources.runtime``, else its
     ``default``), multiplied by the attempt number, so a job killed at its time limit and retried
-    (``--retries``, set in the SLURM profile) asks for more."""
-    minutes = RESOURCES["runtime"].get(rule, RESOURCES["runtime"]["default"])
-    return lambda wildcards, attempt: minutes * attempt
+    (``--retries``, set in the SLURM profile) asks for more -- but never more than
+    ``resources.runtime_cap``, shared with the rules ``grouped_with`` it in one group job
+    (pseudopairs.cluster.walltime)."""
+    from pseudopairs.cluster import walltime
+
+    cap = RESOURCES.get("runtime_cap")
+    return lambda wildcards, attempt: walltime(
+        RESOURCES["runtime"], rule, attempt, cap=cap, grouped_with=grouped_with
+    )
 
 
 # config resources.slurm key -> the resource snakemake-executor-plugin-slurm turns into sbatch
@@ -81,12 +87,14 @@ def placement(rule, *, gpu):
     return placed
 
 
-def job_resources(rule, *, gpu=False, placed_with=None):
+def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=()):
     """Everything one job of ``rule`` asks a scheduler for, from the config's ``resources``
     section: ``resources: **job_resources("my_rule")`` in every rule (``gpu=True`` for a rule
     whose step can use a GPU).
 
     - ``mem_mb`` and ``runtime`` (minutes), per rule or the ``default``, × the attempt number;
+      the runtime at most ``resources.runtime_cap``, which the rules ``grouped_with`` this one
+      (the other rules of its group job, whose walltimes Snakemake adds up) share;
     - ``gpu``: ``resources.gpu`` GPUs when ``gpu`` and that is above 0 (else none); where
       ``resources.slurm.gres`` is set, ``gres=<gres>:<resources.gpu>`` instead (sites that want
       ``--gres`` rather than ``--gpus``);
@@ -98,7 +106,7 @@ def job_resources(rule, *, gpu=False, placed_with=None):
     The rules declare these, so a profile or the command line only adds to them:
     ``--set-resources train:mem_mb=64000`` changes train's memory and nothing else."""
     gpus = RESOURCES["gpu"] if gpu else 0
-    resources = {"mem_mb": mem_mb(rule), "runtime": runtime(rule)}
+    resources = {"mem_mb": mem_mb(rule), "runtime": runtime(rule, grouped_with=grouped_with)}
     placed = placement(placed_with or rule, gpu=gpus > 0)
     if gpus and "gres" in placed:
         placed["gres"] = f"{placed['gres']}:{gpus}"

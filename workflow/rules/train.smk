@@ -21,7 +21,7 @@ rule train:
         "../../envs/steps.yaml"
     threads: config["training"]["threads"]
     resources:
-        **job_resources("train", gpu=True),
+        **job_resources("train", gpu=True, grouped_with=["evaluate"]),
     params:
         spec=training_spec,
         settings=training_settings,
@@ -46,7 +46,7 @@ rule evaluate:
         "../../envs/steps.yaml"
     threads: config["training"]["threads"]
     resources:
-        **job_resources("evaluate", gpu=True, placed_with="train"),
+        **job_resources("evaluate", gpu=True, placed_with="train", grouped_with=["train"]),
     params:
         spec=evaluation_spec,
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
