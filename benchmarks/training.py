@@ -11,6 +11,14 @@ real / bare is the share of the bare speed the pipeline keeps (goal ≥ 0.95).
 
 Synthetic data with the paper's shapes: vocabulary 10K, 2048-d float16 image features, captions of
 6–18 tokens (mean ≈ 12), 5 En + 5 De captions per image, c2i on both languages plus c2c (p = 0.5).
+
+``--stack S`` (S ≥ 1) measures stacked training instead: S models (seeds 0 … S−1, each with its
+own trainer, batch streams and task draws) updated together by
+:func:`pseudopairs.model.stack.stacked_update` (*stacked*), against the same S trainers each taking
+its own ``Trainer.step()`` one after the other in this process (*separate*: what S jobs of one
+model each would do on the device, without their process overheads). It prints the
+model-updates/s summed over the stack, per model, and the ratio stacked / separate.
+``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import torch
 
 from pseudopairs.model import RankingModel, contrastive_loss
 from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, TokenTable
+from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stacked_update
 from pseudopairs.model.training import LOSS_READBACK_EVERY, Trainer
 from pseudopairs.settings import resolve_device
 
@@ -51,14 +60,14 @@ def synthetic_sets(*, n_images: int, seed: int) -> tuple[list[C2IData], list[C2C
             [C2CData("m30k.en+m30k.de", sets["en"], sets["de"])])
 
 
-def make_trainer(preset: dict, device: torch.device, data) -> Trainer:
-    torch.manual_seed(0)
+def make_trainer(preset: dict, device: torch.device, data, seed: int = 0) -> Trainer:
+    torch.manual_seed(seed)
     model = RankingModel(VOCAB, embedding_dim=preset["embedding_dim"], joint_dim=preset["joint_dim"],
                          image_dim=IMAGE_DIM).to(device)
     settings = {"batch_size": preset["batch_size"], "learning_rate": 2e-4, "grad_clip": 2.0,
                 "margin": 0.2, "max_violation": True, "c2c_probability": 0.5, "similarity": "cosine"}
     c2i, c2c = data
-    return Trainer(model, c2i=c2i, c2c=c2c, settings=settings, seed=0, device=device)
+    return Trainer(model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
 
 
 def sync(device: torch.device) -> None:
@@ -95,6 +104,57 @@ def run_bare(model: RankingModel, optimizer: torch.optim.Optimizer, batches: lis
     torch.stack(losses).cpu()
 
 
+def run_stacked(trainers: list[Trainer], stack: StackedRankingModel, optimizer: StackedAdam,
+                n: int) -> None:
+    pending = []
+    for _ in range(n):
+        batches = [t.next_batch()[2] for t in trainers]
+        pending.append(stacked_update(stack, optimizer, batches, margin=0.2, max_violation=True,
+                                      grad_clip=2.0))
+        if len(pending) >= LOSS_READBACK_EVERY:
+            torch.stack(pending).cpu()
+            pending.clear()
+    if pending:
+        torch.stack(pending).cpu()
+
+
+def run_separate(trainers: list[Trainer], n: int) -> None:
+    for trainer in trainers:
+        run_real(trainer, n)
+
+
+def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
+    size = args.stack
+    stacked_trainers = [make_trainer(preset, device, data, seed=s) for s in range(size)]
+    stack = StackedRankingModel([t.model for t in stacked_trainers])
+    optimizer = StackedAdam(stack.parameters_in_order(), lr=2e-4)
+    separate = [make_trainer(preset, device, data, seed=s) for s in range(size)]
+    run_stacked(stacked_trainers, stack, optimizer, args.warmup)
+    run_separate(separate, args.warmup)
+    sync(device)
+    blocks = args.blocks or (2 if device.type == "cuda" else max(1, args.updates // 2))
+    per_block = max(1, args.updates // blocks)
+    wall = {"stacked": 0.0, "separate": 0.0}
+    for _ in range(blocks):
+        for variant, fn, fn_args in (("stacked", run_stacked, (stacked_trainers, stack, optimizer, per_block)),
+                                     ("separate", run_separate, (separate, per_block))):
+            start = time.perf_counter()
+            fn(*fn_args)
+            sync(device)
+            wall[variant] += time.perf_counter() - start
+    n = blocks * per_block
+    stacked_rate = size * n / wall["stacked"]      # model-updates per second
+    separate_rate = size * n / wall["separate"]
+    print(f"stack of {size}: {n} updates of each model per variant in {blocks} alternating blocks "
+          f"after {args.warmup} warm-up")
+    print(f"stacked  : {stacked_rate:9.1f} model-updates/s summed, {stacked_rate / size:8.1f} per model")
+    print(f"separate : {separate_rate:9.1f} model-updates/s summed, {separate_rate / size:8.1f} per model "
+          f"({size} trainers one after the other)")
+    print(f"ratio stacked/separate: {stacked_rate / separate_rate:6.3f}")
+    if device.type == "cuda":
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=None,
@@ -108,7 +168,13 @@ def main() -> None:
                              "updates on CPU)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1, as config training.threads; 0 = torch default)")
+    parser.add_argument("--stack", type=int, default=0,
+                        help="S >= 1: stacked training of S models against S separate trainers")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 matrix products on a GPU")
     args = parser.parse_args()
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(resolve_device(args.device, key="--device"))
@@ -121,6 +187,11 @@ def main() -> None:
     blocks = args.blocks or (4 if device.type == "cuda" else max(1, args.updates // 2))
     n = max(blocks, args.updates - args.updates % blocks)
     data = synthetic_sets(n_images=2000, seed=0)
+    if args.stack >= 1:
+        print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'}), "
+              f"preset {args.preset} {preset}, tf32 {args.tf32}")
+        stack_benchmark(args, preset, device, data)
+        return
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'}), "
           f"preset {args.preset} {preset}, vocab {VOCAB}, captions 6-18 tokens, c2c p=0.5; "
           f"{n} timed updates per variant in {blocks} alternating blocks after {args.warmup} warm-up")

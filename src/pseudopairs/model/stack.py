@@ -207,38 +207,37 @@ class StackedAdam:
                  eps: float = 1e-8) -> None:
         self.params = list(params)
         self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
-        n_models = self.params[0].shape[0]
+        n_models, device = self.params[0].shape[0], self.params[0].device
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.steps = [torch.zeros(n_models, dtype=torch.float64) for _ in self.params]
+        # step counts on the parameters' device: the bias corrections need no host round trip
+        self.steps = [torch.zeros(n_models, dtype=torch.float64, device=device) for _ in self.params]
 
     @torch.no_grad()
     def step(self, active: Sequence[torch.Tensor | None]) -> None:
-        """One step; ``active[k]``: ``(S,)`` bool tensor of the models whose parameter k got a
-        gradient in this update (None: all of them)."""
+        """One step; ``active[k]``: ``(S,)`` bool tensor (on the parameters' device) of the models
+        whose parameter k got a gradient in this update (None: all of them)."""
         beta1, beta2 = self.betas
         for k, param in enumerate(self.params):
             grad = param.grad
             if grad is None:
                 continue
             mask = active[k]
-            mask_cpu = None if mask is None else mask.detach().cpu()
             steps = self.steps[k]
-            steps += 1 if mask_cpu is None else mask_cpu.to(torch.float64)
+            steps += 1 if mask is None else mask.to(torch.float64)
             safe = steps.clamp(min=1)
-            correction1 = 1 - beta1 ** safe
-            step_size = (self.lr / correction1).to(param.dtype).to(param.device)
-            correction2_sqrt = (1 - beta2 ** safe).sqrt().to(param.dtype).to(param.device)
             shape = (-1,) + (1,) * (param.ndim - 1)
+            step_size = (self.lr / (1 - torch.pow(beta1, safe))).to(param.dtype).view(shape)
+            correction2_sqrt = (1 - torch.pow(beta2, safe)).sqrt().to(param.dtype).view(shape)
             exp_avg = self.exp_avg[k].lerp(grad, 1 - beta1)
             exp_avg_sq = self.exp_avg_sq[k].mul(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / correction2_sqrt.view(shape)).add_(self.eps)
-            new_param = param - step_size.view(shape) * exp_avg / denom
+            denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
+            new_param = param - step_size * exp_avg / denom
             if mask is None:
                 self.exp_avg[k], self.exp_avg_sq[k] = exp_avg, exp_avg_sq
                 param.copy_(new_param)
             else:
-                where = mask.to(param.device).view(shape)
+                where = mask.view(shape)
                 self.exp_avg[k] = torch.where(where, exp_avg, self.exp_avg[k])
                 self.exp_avg_sq[k] = torch.where(where, exp_avg_sq, self.exp_avg_sq[k])
                 param.copy_(torch.where(where, new_param, param))
@@ -254,7 +253,7 @@ class StackedAdam:
         dev = self.params[0].device
         self.exp_avg = [m.index_select(0, index.to(dev)) for m in self.exp_avg]
         self.exp_avg_sq = [v.index_select(0, index.to(dev)) for v in self.exp_avg_sq]
-        self.steps = [s.index_select(0, index) for s in self.steps]
+        self.steps = [s.index_select(0, index.to(dev)) for s in self.steps]
 
     # ---- one model's state as torch.optim.Adam's -----------------------------------------------
 
@@ -339,10 +338,11 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
             if c2i:
                 features[s, :batch.features.shape[0]] = batch.features
         images = stack.encode_images(features.to(device, non_blocking=non_blocking))
+    c2i_mask = torch.tensor(is_c2i).to(device, non_blocking=non_blocking)
     uniform = len(set(sizes)) == 1 and similarity == "cosine" and caption_similarity(similarity) == "cosine"
     if uniform:
         size = sizes[0]
-        mask = torch.tensor(is_c2i, device=device)[:, None, None]
+        mask = c2i_mask[:, None, None]
         first = captions[:, :size]
         a = first if images is None else torch.where(mask, images[:, :size], first)
         b = captions[:, size:2 * size] if rows >= 2 * size else first
@@ -366,7 +366,7 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
     if embedding.grad is not None:  # the PAD row learns nothing (nn.Embedding's padding_idx)
         embedding.grad[:, PAD_ID] = 0
     # a c2c update has no image term: its image gradient is zero, and Adam must not step it
-    image_mask = torch.tensor(is_c2i, device=device)
+    image_mask = c2i_mask
     if grad_clip > 0:
         norms = torch.zeros(len(stack), dtype=params[0].dtype, device=device)
         for param in params:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU figures of docs/benchmarks.md (training, stacked training, validation overhead) in one
+# run on a lent GPU machine, from the repository root: `bash benchmarks/gpu_figures.sh`. It uses
+# the machine's own PyTorch with the package from src/ (no install); each step has a time limit
+# so one slow step cannot eat the others' time. Logs go to $OUT (or /tmp/gpu_figures).
+set -u
+export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
+out="${OUT:-/tmp/gpu_figures}"
+mkdir -p "$out"
+step() {  # step NAME SECONDS ARGS...: one benchmark, its output in $out/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: python3 $*"
+    timeout "$limit" python3 "$@" 2>&1 | grep -v "upd/s\]\|upd/s,\|^train " | tee "$out/$name.log"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+step single 60 benchmarks/training.py --device cuda --preset paper --updates 400
+for size in 1 3 10; do
+    step "stack$size" 90 benchmarks/training.py --device cuda --preset paper --stack "$size" \
+        --updates 60 --warmup 5
+done
+step stack10-tf32 90 benchmarks/training.py --device cuda --preset paper --stack 10 --updates 60 \
+    --warmup 5 --tf32
+step validation 90 benchmarks/validation_overhead.py --device cuda --preset paper
+step agreement 200 benchmarks/stacked_agreement.py --device cuda --preset paper --seeds 3 \
+    --updates 1000 --validate-every 100 --tf32

@@ -1,0 +1,146 @@
+"""Do stacked models follow their separate runs, and does TF32 stay within the seeds' noise?
+
+    .venv/bin/python benchmarks/stacked_agreement.py [--device auto] [--preset paper|demo]
+        [--seeds 3] [--updates 1000] [--tf32]
+
+A learnable synthetic world (each image a draw of five attributes; its features the sum of one
+random 2048-d vector per attribute value plus noise; five English and five German captions per
+image naming the attributes with templates) written to a temporary directory, then the
+pipeline's own steps: ``train`` (each seed a job of its own) and ``train-stack`` (the seeds as one
+batched stack), same settings, no early stopping (``max_updates`` updates, validation every
+``--validate-every``). It prints, per seed, the validation curves of both and their largest
+difference, the seeds' standard deviation of the final score (the noise a change must stay
+within), and the wall time of each. ``--tf32`` repeats the stacked runs with TF32 matrix
+products and compares them with the float32 separate runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pseudopairs.data.vocab import build_vocabulary
+from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
+from pseudopairs.model.stack_training import train_stack
+from pseudopairs.model.training import train
+from pseudopairs.settings import resolve_device
+
+ATTRIBUTES = {
+    "colour": (["red", "blue", "green", "yellow", "white", "black", "brown", "grey"],
+               ["rot", "blau", "gruen", "gelb", "weiss", "schwarz", "braun", "grau"]),
+    "kind": (["dog", "cat", "horse", "bird", "car", "boat", "ball", "chair", "tree", "house"],
+             ["hund", "katze", "pferd", "vogel", "auto", "boot", "ball", "stuhl", "baum", "haus"]),
+    "place": (["park", "street", "beach", "field", "room", "lake"],
+              ["park", "strasse", "strand", "feld", "zimmer", "see"]),
+    "size": (["small", "big", "tiny", "large"], ["klein", "gross", "winzig", "riesig"]),
+    "action": (["standing", "running", "lying", "waiting", "sitting"],
+               ["steht", "rennt", "liegt", "wartet", "sitzt"]),
+}
+TEMPLATES = {
+    "en": ["a {size} {colour} {kind} {action} in the {place}", "the {colour} {kind} is {action}",
+           "a {kind} in a {place}", "{size} {kind} {action} near the {place}", "a {colour} {kind}"],
+    "de": ["ein {size} {colour} {kind} {action} im {place}", "der {colour} {kind} {action}",
+           "ein {kind} im {place}", "{size} {kind} {action} am {place}", "ein {colour} {kind}"],
+}
+PRESETS = {"paper": {"embedding_dim": 300, "joint_dim": 1024, "batch_size": 128},
+           "demo": {"embedding_dim": 64, "joint_dim": 256, "batch_size": 64}}
+
+
+def write_world(root: Path, *, n_train: int, n_val: int, seed: int = 0) -> dict:
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    vectors = {a: rng.normal(size=(len(words[0]), 2048)) for a, words in ATTRIBUTES.items()}
+    paths = {}
+    for split, n in (("train", n_train), ("val", n_val)):
+        rows, ids, feats = [], [], []
+        for k in range(n):
+            values = {a: int(rng.integers(len(w[0]))) for a, w in ATTRIBUTES.items()}
+            image_id = f"{split}{k:05d}"
+            ids.append(image_id)
+            feats.append(sum(vectors[a][v] for a, v in values.items()) + 2.0 * rng.normal(size=2048))
+            for li, lang in enumerate(("en", "de")):
+                words = {a: ATTRIBUTES[a][li][v] for a, v in values.items()}
+                for j, template in enumerate(TEMPLATES[lang]):
+                    text = template.format(**words)
+                    rows.append(("world", split, image_id, lang, j, text, text))
+        frame = pd.DataFrame(rows, columns=CAPTION_COLUMNS)
+        captions = root / f"{split}.parquet"
+        frame.to_parquet(captions, index=False)
+        features = root / f"{split}.npz"
+        save_features(features, image_ids=ids, features=np.asarray(feats, dtype=np.float16))
+        paths[split] = (str(captions), str(features))
+        if split == "train":
+            write_json_atomic(root / "vocab.json", build_vocabulary(frame["text"], min_count=1).to_json())
+
+    def ref(lang):
+        return {"name": f"world.{lang}", "captions": paths["train"][0], "features": paths["train"][1],
+                "lang": lang}
+
+    return {"experiment": "en_de_c2c", "c2i": [ref("en"), ref("de")],
+            "c2c": [{"name": "world.en+world.de", "a": ref("en"), "b": ref("de")}],
+            "validation": {"captions": paths["val"][0], "features": paths["val"][1], "langs": ["en", "de"]},
+            "vocab": {"path": str(root / "vocab.json")}, "init_from": None}
+
+
+def curve(out_dir: Path) -> np.ndarray:
+    frame = pd.read_csv(out_dir / "train_log.csv")
+    return frame["val_score"].dropna().to_numpy()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--updates", type=int, default=1000)
+    parser.add_argument("--validate-every", type=int, default=100)
+    parser.add_argument("--images", type=int, default=3000, help="training images")
+    parser.add_argument("--tf32", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    device = resolve_device(args.device, key="--device")
+    settings = {**PRESETS[args.preset], "learning_rate": 2e-4, "grad_clip": 2.0, "margin": 0.2,
+                "max_violation": True, "c2c_probability": 0.5, "validate_every": args.validate_every,
+                "patience": 10**6, "max_updates": args.updates, "device": device,
+                "threads": args.threads, "image_normalization": "l2"}
+    seeds = list(range(1, args.seeds + 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        spec = write_world(root / "world", n_train=args.images, n_val=500)
+        print(f"device {device}, preset {args.preset}, {len(seeds)} seeds, {args.updates} updates, "
+              f"validation every {args.validate_every} on 500 images x 5 captions x 2 languages")
+        start = time.perf_counter()
+        for seed in seeds:
+            train(spec=spec, settings=settings, out_dir=root / "separate" / f"seed{seed}", seed=seed)
+        print(f"separate runs : {time.perf_counter() - start:7.1f} s")
+        variants = [("stacked", False)] + ([("stacked-tf32", True)] if args.tf32 else [])
+        for name, tf32 in variants:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+            start = time.perf_counter()
+            train_stack(jobs=[{"seed": s, "spec": spec, "out_dir": str(root / name / f"seed{s}")}
+                              for s in seeds], settings={**settings, "stack_compute": "batched"})
+            print(f"{name:13s} : {time.perf_counter() - start:7.1f} s")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        finals = np.array([curve(root / "separate" / f"seed{s}")[-1] for s in seeds])
+        noise = float(finals.std(ddof=1)) if len(seeds) > 1 else float("nan")
+        print(f"separate final validation scores {finals.round(1).tolist()}, seeds' sd {noise:.2f}")
+        for name, _ in variants:
+            diffs = []
+            for seed in seeds:
+                ours, theirs = curve(root / name / f"seed{seed}"), curve(root / "separate" / f"seed{seed}")
+                diffs.append(float(np.abs(ours - theirs).max()))
+                print(f"  {name} seed {seed}: curve {ours.round(1).tolist()}")
+                print(f"  separate seed {seed}: curve {theirs.round(1).tolist()}")
+            print(f"{name}: largest |difference| from the separate runs' validation curves "
+                  f"{max(diffs):.2f} (per seed {np.round(diffs, 2).tolist()}); seeds' sd {noise:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""What validation and the resumable state cost against the updates between two validations.
+
+    .venv/bin/python benchmarks/validation_overhead.py [--device auto] [--preset paper|demo]
+
+At the paper's shapes on synthetic data: one validation — the Multi30K validation split's size,
+1,014 images × 5 captions in each of two languages, encoded and ranked exactly — timed as the
+pipeline does it now (embeddings kept on the training device, the exact rank engine's GEMMs
+there; :func:`pseudopairs.model.encode.validate`) and as it did before (embeddings copied to the
+host, ranked by numpy there); the save of a run's resumable state (``last.pt``: model,
+Adam state, best weights; ``torch.save`` to a temporary directory); and ``validate_every`` updates
+of one model (``Trainer.step``). It prints each, and the overhead of validation + state per
+``validate_every`` updates with the state saved at every validation and every
+``resume_every`` updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from training import PRESETS, make_trainer, run_real, sync, synthetic_sets  # noqa: E402
+
+from pseudopairs.evaluation import retrieval_metrics  # noqa: E402
+from pseudopairs.model.batches import CaptionSet, TokenTable  # noqa: E402
+from pseudopairs.model.encode import encode_image_features, encode_token_table, validate  # noqa: E402
+from pseudopairs.settings import resolve_device  # noqa: E402
+
+VOCAB = 10_000
+
+
+def validation_sets(*, n_images: int, seed: int) -> list[CaptionSet]:
+    rng = np.random.default_rng(seed)
+    ids = np.array([f"val{i:05d}" for i in range(n_images)])
+    features = rng.normal(size=(n_images, 2048)).astype(np.float16)
+    sets = []
+    for lang in ("en", "de"):
+        image_of = np.repeat(np.arange(n_images), 5)
+        lengths = rng.integers(6, 19, size=len(image_of))
+        tokens = TokenTable.from_lists([rng.integers(2, VOCAB, size=n).tolist() for n in lengths])
+        sets.append(CaptionSet(name=f"validation.{lang}", lang=lang, image_ids=ids[image_of],
+                               caption_idx=np.tile(np.arange(5), n_images), texts=[""] * len(image_of),
+                               tokens=tokens, feature_rows=image_of, features=features,
+                               feature_ids=ids.tolist()))
+    return sets
+
+
+def validate_on_host(model, sets) -> float:
+    """The pre-change validation: embeddings copied to the host, ranked there."""
+    score, images = 0.0, encode_image_features(model, sets[0].features)
+    for caption_set in sets:
+        result = retrieval_metrics(image_embeddings=images,
+                                   caption_embeddings=encode_token_table(model, caption_set.tokens),
+                                   caption_image_index=caption_set.feature_rows)
+        score += result["rsum"]
+    return score
+
+
+def timed(device, fn, *args, repeat: int = 3) -> float:
+    fn(*args)  # warm-up
+    sync(device)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(*args)
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser.add_argument("--images", type=int, default=1014, help="validation images (M30K val: 1,014)")
+    parser.add_argument("--validate-every", type=int, default=500)
+    parser.add_argument("--resume-every", type=int, default=5000)
+    parser.add_argument("--updates", type=int, default=None,
+                        help="updates timed (default: validate-every on a GPU, 20 on the CPU)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(resolve_device(args.device, key="--device"))
+    preset = PRESETS[args.preset]
+    trainer = make_trainer(preset, device, synthetic_sets(n_images=2000, seed=0))
+    model = trainer.model
+    sets = validation_sets(n_images=args.images, seed=1)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
+    print(f"device {device} ({name}), preset {args.preset} {preset}, validation {args.images} images "
+          f"x 5 captions x 2 languages")
+    on_device = timed(device, lambda: validate(model, sets))
+    on_host = timed(device, lambda: validate_on_host(model, sets))
+    with tempfile.TemporaryDirectory() as tmp:
+        state = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                 "optimizer": trainer.optimizer.state_dict(),
+                 "best": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+        run_real(trainer, 2)  # Adam state exists
+        state["optimizer"] = trainer.optimizer.state_dict()
+        path = Path(tmp) / "last.pt"
+
+        def save():
+            torch.save({**state, "model": {k: v.detach().cpu() for k, v in model.state_dict().items()}}, path)
+        saving = timed(device, save)
+        size_mb = path.stat().st_size / 2**20
+    updates = args.updates or (args.validate_every if device.type == "cuda" else 20)
+    per_update = timed(device, run_real, trainer, updates, repeat=1) / updates
+    interval = per_update * args.validate_every
+    print(f"validation, on the training device : {on_device:7.3f} s")
+    print(f"validation, ranked on the host      : {on_host:7.3f} s")
+    print(f"last.pt save ({size_mb:.0f} MB)             : {saving:7.3f} s")
+    print(f"{args.validate_every} updates                         : {interval:7.3f} s "
+          f"({per_update * 1000:.2f} ms/update)")
+    saves = args.validate_every / args.resume_every if args.resume_every else 1.0
+    before = (on_host + saving) / interval
+    after = (on_device + saving * saves) / interval
+    print(f"overhead per {args.validate_every} updates, before (host ranking, state every validation): "
+          f"{100 * before:6.1f} %")
+    print(f"overhead per {args.validate_every} updates, now (device ranking, state every "
+          f"{args.resume_every} updates): {100 * after:6.1f} %  (goal <= 5 %)")
+
+
+if __name__ == "__main__":
+    main()
