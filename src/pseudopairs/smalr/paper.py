@@ -1,7 +1,7 @@
 """The numbers paper 002 (Burns et al., SMALR) states, in one place, and the ones our copy of its
 text does not show.
 
-Our copy (``../shared/papers/002_*.txt``) lost the inline mathematics: Eq. (1)–(4) and most
+Our copy of the text lost the inline mathematics: Eq. (1)–(4) and most
 symbols set in the text are blank. A value below is 002's only where the sentence that sets it is
 readable; a value 002 sets in a blank symbol is ``None`` here, and each function of this package
 takes it as an explicit argument, so the configuration that integrates SMALR has to choose it
