@@ -230,6 +230,7 @@ from pseudopairs.smalr.mclm import (IGNORE_INDEX, MCLMHead, average_representati
 def test_masking_counts_positions_and_targets():
     # 20%, rounded half up: n = 7 → 1.4 → 1, n = 8 → 1.6 → 2, n = 13 → 2.6 → 3; none of 1 word
     assert [masked_count(n, 0.2) for n in (1, 2, 3, 5, 7, 8, 10, 13)] == [0, 1, 1, 1, 1, 2, 2, 3]
+    assert masked_count(10, 0.0) == 0
     ids = torch.tensor([[5, 6, 7, 8, 9], [11, 12, 0, 0, 0], [13, 0, 0, 0, 0]])
     lengths = torch.tensor([5, 2, 1])
     batch = mask_tokens(ids, lengths, fraction=0.4, mask_id=3,

@@ -16,9 +16,10 @@ token, the sentence through the recurrent encoder: :attr:`MaskedBatch.masked_ids
 is the caller's ids; the loss takes whatever encoder outputs it is given.
 
 Masking (:func:`mask_tokens`): a sentence of ``n`` words gets ``min(n − 1, max(1,
-round(fraction · n)))`` masked positions drawn uniformly without replacement from a seeded
-``torch.Generator`` (one-word sentences are left unmasked, so the average representation always
-has a word); ``targets`` holds the original id at masked positions and ``IGNORE_INDEX`` elsewhere.
+round(fraction · n)))`` masked positions (none for ``fraction`` 0), drawn uniformly without
+replacement from a seeded ``torch.Generator`` (one-word sentences are left unmasked, so the
+average representation always has a word); ``targets`` holds the original id at masked positions
+and ``IGNORE_INDEX`` elsewhere.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class MaskedBatch:
 
 def masked_count(length: int, fraction: float) -> int:
     """How many of a sentence's ``length`` words are masked (see the module docstring)."""
-    if length < 2:
+    if length < 2 or fraction <= 0:
         return 0
     return min(length - 1, max(1, math.floor(fraction * length + 0.5)))
 
