@@ -159,6 +159,8 @@ def test_what_the_settings_document_as_valid_is_accepted(mutate):
     (lambda c: c["training"].update(c2c_warmup=0), "config key 'training.c2c_warmup': 0 is less than or equal to the minimum of 0"),
     (lambda c: c["world"].update(max_groups=4), "config key 'world.max_groups': 4 is greater than the maximum of 3"),
     (lambda c: c["world"]["images"].pop("coco"), "config key 'world.images': 'coco' is a required property"),
+    (lambda c: c["world"].update(max_groups=3, max_objects=2),
+     "config key 'world.max_objects': must be ≥ world.max_groups (3) (got 2)"),
     (lambda c: c["features"].update(resize=8), "config key 'features.resize': 8 is less than the minimum of 16"),
     (lambda c: c["mining"].update(device="cuda:0"), "config key 'mining.device': 'cuda:0' is not one of ['auto', 'cpu', 'cuda']"),
     (lambda c: c["pseudopairs"]["de_coco.csls"]["mining"].update(tol=-1.0),

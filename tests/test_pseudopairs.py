@@ -17,6 +17,7 @@ from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.figures import choose_examples, pseudopair_figure
 from pseudopairs.mining.statistics import image_agreement, pseudopair_statistics, run_statistics, transferred_jaccard
 from pseudopairs.io import PAIR_COLUMNS, read_pairs
+from pseudopairs.mining.settings import MiningRun
 from pseudopairs.mining.step import mine_pseudopairs, percentile_filter, pseudopair_caption_table
 from pseudopairs.data.vocab import Vocabulary
 from test_training import COLOURS, SETTINGS, SHAPES, _world
@@ -116,7 +117,8 @@ def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, 
     mining = mining_spec(root, queries=(captions, "en"), database=(captions, "de"),
                          settings={"criterion": "cosine", "device": "cpu", "block_size": 7,
                                    "encode_batch_size": 16, "threads": 1})
-    stats = mine_pseudopairs(spec=mining, pairs_path=tmp_path / "pairs.parquet",
+    settings = MiningRun.from_dict(mining["settings"])
+    stats = mine_pseudopairs(spec=mining, settings=settings, pairs_path=tmp_path / "pairs.parquet",
                              stats_path=tmp_path / "stats.json", progress=False)
     pairs = read_pairs(tmp_path / "pairs.parquet")
     frame = pd.read_parquet(captions)
@@ -131,6 +133,8 @@ def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, 
     assert pairs["match_image_id"].tolist() == de["image_id"].iloc[pairs["match_row"]].tolist()
     saved = json.loads((tmp_path / "stats.json").read_text())
     assert saved["n_database"] == 300 and saved["n_unmatched"] == 0
+    assert saved["settings"] == {"criterion": "cosine", "device": "cpu", "block_size": 7,
+                                 "encode_batch_size": 16, "threads": 1} == settings.to_dict()
     assert saved["used_share"] == pytest.approx(pairs["match_row"].nunique() / 300)
     assert not list(tmp_path.glob("*.tmp*"))
 
@@ -140,10 +144,10 @@ def test_mining_errors_name_the_input(trained, tmp_path):
     captions = spec["c2i"][0]["captions"]
     mining = mining_spec(root, queries=(captions, "fr"), database=(captions, "de"), source="x")
     with pytest.raises(ValueError, match="no 'fr' captions to mine"):
-        mine_pseudopairs(spec=mining, pairs_path=tmp_path / "p.parquet", stats_path=tmp_path / "s.json")
+        mine_pseudopairs(spec=mining, settings=MiningRun.from_dict(mining["settings"]),
+                         pairs_path=tmp_path / "p.parquet", stats_path=tmp_path / "s.json")
     with pytest.raises(ValueError, match=r"beam is not a parameter of any criterion"):
-        mine_pseudopairs(spec={**mining, "settings": {"beam": 3}}, pairs_path=tmp_path / "p.parquet",
-                         stats_path=tmp_path / "s.json")
+        MiningRun.from_dict({"beam": 3})
     assert not (tmp_path / "p.parquet").exists() and not (tmp_path / "s.json").exists()
 
 

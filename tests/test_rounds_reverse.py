@@ -20,6 +20,7 @@ from pseudopairs.config import ConfigError, check_config, load_config
 from pseudopairs.data.vocab import Vocabulary
 from pseudopairs.io import read_pairs
 from pseudopairs.mining.statistics import pseudopair_statistics
+from pseudopairs.mining.settings import MiningRun
 from pseudopairs.mining.step import mine_pseudopairs, pseudopair_caption_table
 from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.plots import panels
@@ -60,8 +61,9 @@ def test_reverse_mining_gives_each_german_caption_its_nearest_english_coco_capti
     mining = mining_spec(root, queries=(m30k, "de"), database=(coco, "en"), name="de_coco.reverse",
                          source="de_coco", settings={"criterion": "cosine", "device": "cpu", "block_size": 16,
                                                      "encode_batch_size": 32, "threads": 1})
-    stats = mine_pseudopairs(spec=mining, pairs_path=tmp_path / "pairs.parquet",
-                             stats_path=tmp_path / "stats.json", progress=False)
+    stats = mine_pseudopairs(spec=mining, settings=MiningRun.from_dict(mining["settings"]),
+                             pairs_path=tmp_path / "pairs.parquet", stats_path=tmp_path / "stats.json",
+                             progress=False)
     pairs = read_pairs(tmp_path / "pairs.parquet")
     frame = pd.read_parquet(m30k)
     de = frame[frame["lang"] == "de"].reset_index(drop=True)

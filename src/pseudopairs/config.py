@@ -242,12 +242,13 @@ def _settings_errors(config: dict) -> list[str]:
     from pseudopairs.mining.settings import MiningSettings
     from pseudopairs.model.settings import ModelSettings, TrainingSettings
     from pseudopairs.settings import SettingsError
+    from pseudopairs.world.settings import WorldSettings
 
     from pseudopairs.features.pretraining import PretrainSettings
 
     checks = [(FeatureSettings, config.get("features"), ""), (ModelSettings, config.get("model"), ""),
               (TrainingSettings, config.get("training"), ""), (MiningSettings, config.get("mining"), ""),
-              (PretrainSettings, config.get("feature_pretraining"), "")]
+              (PretrainSettings, config.get("feature_pretraining"), ""), (WorldSettings, config.get("world"), "")]
     for name, exp in config.get("experiments", {}).items():
         if "training" in exp:
             checks.append((TrainingSettings, {**config.get("training", {}), **exp["training"]},

@@ -271,8 +271,6 @@ def pseudopair_sets(config: dict) -> list[str]:
     return list(config.get("pseudopairs", {}))
 
 
-
-
 def criterion(config: dict, name: str) -> str:
     """The mining criterion of pseudopair set ``name`` (its ``mining.criterion``, else the paper's)."""
     return pseudopair_set(config, name).get("mining", {}).get("criterion", DEFAULT_CRITERION)

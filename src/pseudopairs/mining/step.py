@@ -14,10 +14,9 @@ import pandas as pd
 from pseudopairs import cli
 from pseudopairs.io import (check_caption_texts, read_captions, read_pairs,
                             write_json_atomic, write_parquet_atomic)
-from pseudopairs.mining.criteria import DEFAULT_CRITERION, check_params
 from pseudopairs.mining.search import nearest_neighbours, pair_cosines
 from pseudopairs.mining.statistics import usage_summary
-from pseudopairs.mining.settings import ENGINE_KEYS, MiningSettings
+from pseudopairs.mining.settings import MiningRun
 from pseudopairs.settings import resolve_device
 
 log = logging.getLogger(__name__)
@@ -29,20 +28,20 @@ def _check_mining_spec(spec: dict) -> dict:
     if not isinstance(spec, dict):
         raise ValueError(f"mining spec must be a JSON object, got {type(spec).__name__}")
     missing = [k for k in ("pseudopairs", "source", "seed", "checkpoint", "vocab", "queries",
-                           "database", "settings") if k not in spec]
+                           "database") if k not in spec]
     if missing:
         raise ValueError(f"mining spec lacks {missing}")
     for role in ("queries", "database"):
         ref = spec[role]
         if not isinstance(ref, dict) or not ref.get("captions") or not ref.get("lang"):
             raise ValueError(f"mining spec: {role} must give captions and lang, got {ref!r}")
-    if not isinstance(spec["settings"], dict):
-        raise ValueError("mining spec: settings must be a JSON object")
     return spec
 
 
-def mine_pseudopairs(*, spec: dict, pairs_path, stats_path, progress: bool = True) -> dict:
-    """Encode the query and database captions with the source model, take each query's match by
+def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
+                     progress: bool = True) -> dict:
+    """Encode the query and database captions with the source model (``spec``: the inputs of
+    :func:`pseudopairs.experiments.mining_spec`), take each query's match by
     ``settings.criterion`` and write ``pairs.parquet`` (:data:`PAIR_COLUMNS`, one row per query
     that got a match, in query order) and ``stats.json``, both atomically."""
     import torch
@@ -52,11 +51,7 @@ def mine_pseudopairs(*, spec: dict, pairs_path, stats_path, progress: bool = Tru
     from pseudopairs.model.encode import encode_captions_texts
 
     spec = _check_mining_spec(spec)
-    engine = MiningSettings.from_dict({k: v for k, v in spec["settings"].items() if k in ENGINE_KEYS})
-    criterion = spec["settings"].get("criterion", DEFAULT_CRITERION)
-    params = check_params(criterion, {k: v for k, v in spec["settings"].items()
-                                      if k not in ENGINE_KEYS and k != "criterion"})
-    settings = {"criterion": criterion, **params, **engine.to_dict()}
+    engine, criterion, params = settings.engine, settings.criterion, settings.params
     torch.set_num_threads(engine.threads)
     device = torch.device(resolve_device(engine.device, key="mining.device"))
     started = time.perf_counter()
@@ -98,7 +93,7 @@ def mine_pseudopairs(*, spec: dict, pairs_path, stats_path, progress: bool = Tru
     database_texts = tables["database"]["text"].astype(str)
     stats = {
         "pseudopairs": spec["pseudopairs"], "source": spec["source"], "seed": int(spec["seed"]),
-        "settings": settings, "checkpoint_update": meta.get("update"),
+        "settings": settings.to_dict(), "checkpoint_update": meta.get("update"),
         "n_queries": int(len(tables["queries"])), "n_pairs": int(matched.sum()),
         "n_unmatched": int((~matched).sum()), "n_database": int(len(database_texts)),
         "n_database_unique_texts": int(database_texts.nunique()),
@@ -143,9 +138,12 @@ def pseudopair_caption_table(pairs, *, min_percentile: float, dataset: str):
 def _cli_mine(args) -> None:
     import json
 
-    spec = args.spec
-    spec["settings"]["threads"] = args.threads
-    stats = mine_pseudopairs(spec=spec, pairs_path=args.pairs, stats_path=args.stats)
+    spec = dict(args.spec)
+    values = spec.pop("settings", None)
+    if not isinstance(values, dict):
+        raise ValueError("mining spec: settings must be a JSON object")
+    settings = MiningRun.from_dict({**values, "threads": args.threads})
+    stats = mine_pseudopairs(spec=spec, settings=settings, pairs_path=args.pairs, stats_path=args.stats)
     print(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
 
 
