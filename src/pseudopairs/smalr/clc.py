@@ -117,6 +117,7 @@ def eq3_loss(model: CLCClassifier, scores: torch.Tensor, positive: torch.Tensor,
     """Eq. (3) on the classifier's (Q, I) scores — images as anchors (negatives: other queries)
     plus ``second_weight`` × queries as anchors (negatives: other images) — recomputing only the
     positives and the selected negatives with gradient (module docstring)."""
+    positive = positive.to(scores.device)
     full = clc_c(model, scores, chunk=chunk)                                    # (Q, I)
     by_query = top_negatives(full, ~positive, top_k).isfinite()
     query_neg = full.masked_fill(positive, float("-inf")).topk(by_query.shape[1], dim=1).indices
@@ -125,9 +126,9 @@ def eq3_loss(model: CLCClassifier, scores: torch.Tensor, positive: torch.Tensor,
         by_image.shape[1], dim=1).indices                                       # (I, k) queries
     q_at, i_at = positive.nonzero(as_tuple=True)
     positive_scores = model(scores[:, q_at, i_at])                              # (P,)
-    rows = torch.arange(scores.shape[1]).unsqueeze(1)
+    rows = torch.arange(scores.shape[1], device=scores.device).unsqueeze(1)
     query_negatives = model(scores[:, rows, query_neg]).masked_fill(~by_query, float("-inf"))
-    columns = torch.arange(scores.shape[2]).unsqueeze(1)
+    columns = torch.arange(scores.shape[2], device=scores.device).unsqueeze(1)
     image_negatives = model(scores[:, image_neg, columns]).masked_fill(~by_image, float("-inf"))
     images_as_anchors = hinge_over_selected(positive_scores, i_at, image_negatives, margin=margin)
     queries_as_anchors = hinge_over_selected(positive_scores, q_at, query_negatives, margin=margin)
@@ -155,7 +156,8 @@ def train_clc_c(scores, query_images, *, margin: float, top_k: int, learning_rat
                          f"{scores.shape[1]} queries")
     if int(iterations) < 1 or not float(learning_rate) > 0:
         raise ValueError("train_clc_c: iterations must be ≥ 1 and learning_rate > 0")
-    model = CLCClassifier(scores.shape[0], hidden=hidden, bias=bias, init=init, seed=seed)
+    model = CLCClassifier(scores.shape[0], hidden=hidden, bias=bias, init=init,
+                          seed=seed).to(scores.device)
     optimiser = torch.optim.Adam(model.parameters(), lr=float(learning_rate))
     result = CLCTraining(model=model)
     for _ in range(int(iterations)):
