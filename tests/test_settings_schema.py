@@ -188,3 +188,22 @@ def test_the_mining_criterion_default_is_written_once():
             if re.search(r"""criterion["']?\s*[,=:]\s*\(?["']cosine["']|get\(["']criterion["'],\s*["']cosine""", line):
                 hits.append(f"{path.relative_to(SRC)}: {line.strip()}")
     assert hits == [], hits
+
+
+def test_threads_0_reaches_the_evaluate_job_as_torchs_default(monkeypatch, tmp_path):
+    """training.threads: 0 ("torch's default") is the train and evaluate rules' threads; the
+    evaluate job then leaves torch's thread count as it is (torch refuses 0)."""
+    import argparse
+    import json
+
+    import torch
+
+    from pseudopairs.evaluation import step
+
+    monkeypatch.setattr(step, "evaluate_checkpoint", lambda **kw: {"sum_sum": 1.0})
+    before = torch.get_num_threads()
+    args = argparse.Namespace(threads=0, device="cpu", checkpoint="c.pt", vocab="v.json", spec={},
+                              experiment="en", seed=1, output=tmp_path / "metrics.json")
+    step._cli_evaluate(args)
+    assert torch.get_num_threads() == before
+    assert json.loads((tmp_path / "metrics.json").read_text())["sum_sum"] == 1.0

@@ -107,7 +107,8 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
 
 
 def _cli_evaluate(args: argparse.Namespace) -> None:
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:  # 0: torch's default (training.threads, the rule's threads)
+        torch.set_num_threads(args.threads)
     device = resolve_device(args.device, key="--device")
     result = evaluate_checkpoint(checkpoint=args.checkpoint, vocab_path=args.vocab, spec=args.spec,
                                  device=device)
