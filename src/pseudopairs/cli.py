@@ -33,6 +33,7 @@ COMMANDS: dict[str, Command] = {
     "extract": Command("data", "pseudopairs.data.download", "unpack a zip/tar archive safely"),
     "read-multi30k": Command("data", "pseudopairs.data.readers", "Multi30K raw files -> caption table"),
     "read-coco": Command("data", "pseudopairs.data.readers", "Karpathy COCO JSON -> caption table"),
+    "image-manifest": Command("data", "pseudopairs.data.manifest", "sizes and times of the image files a split needs (JSON)"),
     "select-captions": Command("data", "pseudopairs.data.select", "a data set's subset of images / captions per image"),
     "prepare-text": Command("data", "pseudopairs.data.text", "Moses-prepare a text file"),
     "prepare-captions": Command("data", "pseudopairs.data.text", "Moses-prepare a caption table"),

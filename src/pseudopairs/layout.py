@@ -24,6 +24,11 @@ def images(corpus: str, split: str) -> str:
     return f"{RESULTS}/images/{corpus}/{split}.parquet"
 
 
+def image_manifest(corpus: str, split: str) -> str:
+    """Sizes and times of the image files a split needs (:mod:`pseudopairs.data.manifest`)."""
+    return f"{RESULTS}/images/{corpus}/{split}.manifest.json"
+
+
 def features(corpus: str, split: str, fmt: str) -> str:
     return f"{RESULTS}/features/{corpus}/{split}.{fmt}"
 

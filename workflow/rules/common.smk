@@ -1,5 +1,6 @@
 # Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call.
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -472,14 +473,40 @@ def world_scene_settings():
     return SceneSettings.of_world(config["world"])
 
 
+# Corpora whose images live in a folder the user keeps outside the workflow (real data): their
+# features depend on a manifest of the files each split needs, not on the folder, so a file
+# added to the folder reruns nothing (pseudopairs.data.manifest).
+MANIFEST_CORPORA = () if WORLD else ("m30k",)
+
+
 def feature_image_inputs(wildcards):
-    """The image list, plus (real data) the image folders it points into."""
-    folders = []
+    """The image list, plus (real data) the downloaded COCO image folders it points into, or the
+    manifest of the Flickr30K images it names."""
+    inputs = {"images": layout.images(wildcards.corpus, wildcards.split)}
     if not WORLD and wildcards.corpus == "coco":
-        folders = coco_image_dirs()
-    elif not WORLD and wildcards.corpus == "m30k":
-        folders = [flickr30k_images()]
-    return {"images": layout.images(wildcards.corpus, wildcards.split), "folders": folders}
+        inputs["folders"] = coco_image_dirs()
+    elif wildcards.corpus in MANIFEST_CORPORA:
+        flickr30k_images()  # a wrong path fails here, naming the config key
+        inputs["manifest"] = layout.image_manifest(wildcards.corpus, wildcards.split)
+    return inputs
+
+
+def refresh_image_manifests():
+    """Bring each existing manifest up to date with its image files, before the DAG is built:
+    rewritten only when a needed image changed (then the features that read it are older and
+    rerun), untouched otherwise. Main process only (not in each cluster job's own parse)."""
+    from pseudopairs.data.manifest import refresh_manifest
+
+    if not MANIFEST_CORPORA or not workflow.is_main_process:
+        return
+    if not Path(PAPER.get("flickr30k_images") or "").is_dir():
+        return  # the features jobs' input function names the config key
+    for corpus in MANIFEST_CORPORA:
+        for split in SPLITS:
+            refresh_manifest(layout.images(corpus, split), layout.image_manifest(corpus, split))
+
+
+refresh_image_manifests()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -497,10 +524,35 @@ JOB_MODULES = (
 )
 
 
+def check_feature_weights():
+    """features.weights: imagenet is read from the torch hub cache only (never downloaded, GPU
+    nodes are often offline): when features jobs are about to run, say before any is submitted
+    that the cache lacks it, in one line naming TORCH_HOME, instead of failing (and retrying)
+    every features job."""
+    if config["features"].get("weights") != "imagenet" or workflow.dag is None:
+        return
+    jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
+    if not jobs:
+        return
+    from pseudopairs.features.network import imagenet_checkpoint_path
+
+    path = imagenet_checkpoint_path()
+    if not path.is_file():
+        raise WorkflowError(
+            f"features.weights: imagenet: {len(jobs)} features job(s) need the ResNet50 ImageNet "
+            f"weights, which are not in the torch hub cache ({path}; TORCH_HOME="
+            f"{os.environ.get('TORCH_HOME', '(unset)')}): set TORCH_HOME to a cache that holds "
+            f"{path.name} on every node, or fetch it once with network access "
+            "(torchvision.models.resnet50(weights='IMAGENET1K_V1'))"
+        )
+
+
 def check_job_environment():
     """Jobs run ``python -m pseudopairs``. Unless each rule gets its own conda environment
     (--sdm conda) or runs in the workflow's container (--sdm apptainer), the ``python`` on PATH
-    must have the workflow's packages: say so at the start instead of failing every job."""
+    must have the workflow's packages: say so at the start instead of failing every job. The
+    features' ImageNet weights are checked first (check_feature_weights)."""
+    check_feature_weights()
     if any(
         getattr(m, "name", str(m)).lower() in ("conda", "apptainer")
         for m in workflow.deployment_settings.deployment_method

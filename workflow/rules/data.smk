@@ -94,6 +94,26 @@ else:
             "--canonical-split {wildcards.split:q} --images-dir {params.images_dir:q} "
             "--captions-out {output.captions:q} --images-out {output.images:q} > {log:q} 2>&1"
 
+    # sizes and times of the Flickr30K files a split needs; the features depend on it, not on
+    # the folder (refreshed at each parse: common.smk, refresh_image_manifests)
+    rule image_manifest:
+        input:
+            layout.images("{corpus}", "{split}"),
+        output:
+            layout.image_manifest("{corpus}", "{split}"),
+        log:
+            layout.log("image_manifest", "{corpus}.{split}"),
+        benchmark:
+            layout.benchmark("image_manifest", "{corpus}.{split}")
+        wildcard_constraints:
+            corpus="|".join(MANIFEST_CORPORA),
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("image_manifest"),
+        shell:
+            "python -m pseudopairs image-manifest --images {input:q} --output {output:q} > {log:q} 2>&1"
+
     rule read_multi30k_task1:
         input:
             lambda w: multi30k_downloads("task1", w.split),
@@ -226,6 +246,7 @@ else:
         download_multi30k,
         download_karpathy,
         download_coco_images,
+        image_manifest,
         fetch,
 
     rule fetch:

@@ -1,0 +1,154 @@
+"""The paper configuration at the paper's size (issue 24): inputs kept outside the clone enter the
+DAG through a manifest or a check -- the Flickr30K folder through a manifest of the files each
+split needs (an unrelated file reruns nothing; a changed image reruns its features), the
+ImageNet weights checked before any job -- and the caption tables' metadata read once per
+parse."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+from pseudopairs import layout
+from pseudopairs.data.manifest import image_manifest, refresh_manifest, write_manifest
+
+PAPER = REPO / "config" / "paper.yaml"
+
+
+# --------------------------------------------------------------------------------------------
+# The manifest itself
+
+
+def _image_list(folder: Path, names: list[str], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"image_id": [n.split(".")[0] for n in names],
+                  "path": [str(folder / n) for n in names]}).to_parquet(path)
+
+
+def test_a_manifest_lists_the_needed_files_and_is_rewritten_only_when_they_change(tmp_path):
+    folder = tmp_path / "flickr"
+    folder.mkdir()
+    for name in ("1.jpg", "2.jpg"):
+        (folder / name).write_bytes(b"jpeg" * 10)
+    _image_list(folder, ["1.jpg", "2.jpg", "3.jpg"], tmp_path / "list.parquet")
+    manifest = image_manifest(tmp_path / "list.parquet")
+    assert [f[:2] for f in manifest["files"]] == [[str(folder / "1.jpg"), 40], [str(folder / "2.jpg"), 40],
+                                                  [str(folder / "3.jpg"), None]]
+    assert (manifest["n_images"], manifest["n_missing"]) == (3, 1)
+    out = tmp_path / "m.json"
+    assert write_manifest(out, manifest) is True
+    os.utime(out, ns=(1_000_000_000, 1_000_000_000))
+    (folder / "unrelated.txt").write_text("notes")                 # not in the list
+    assert refresh_manifest(tmp_path / "list.parquet", out) is False
+    assert out.stat().st_mtime_ns == 1_000_000_000                 # untouched
+    (folder / "3.jpg").write_bytes(b"now here")                    # a needed image appears
+    assert refresh_manifest(tmp_path / "list.parquet", out) is True
+    assert out.stat().st_mtime_ns > 1_000_000_000
+    assert refresh_manifest(tmp_path / "nolist.parquet", out) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Through Snakemake: a paper workflow whose steps up to the test split's features are done
+
+
+def _done_up_to_features(tmp_path: Path) -> tuple[Path, Path]:
+    """A working directory where config/paper.yaml's steps up to the Multi30K test features
+    exist (downloads, image list, manifest, features; oldest first) and a Flickr30K folder with
+    the split's three images. Returns (site file, folder)."""
+    import yaml
+
+    folder = tmp_path / "flickr30k"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.jpg").write_bytes(b"\xff\xd8jpeg" + bytes([i]) * 20)
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {folder}}}\n")
+    m30k = yaml.safe_load(PAPER.read_text())["paper_data"]["multi30k"]
+    upstream = m30k["task2_splits"]["test"]
+    work = tmp_path / "work"
+    downloads = [work / f"results/downloads/multi30k/task2/raw/{upstream}.{n}.{lang}.gz"
+                 for n in range(1, 6) for lang in ("en", "de")]
+    downloads.append(work / f"results/downloads/multi30k/task2/image_splits/{upstream}_images.txt")
+    for path in downloads:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    images = work / layout.images("m30k", "test")
+    _image_list(folder, [f"{i}.jpg" for i in range(3)], images)
+    captions = work / layout.raw_captions("m30k", "test")
+    captions.parent.mkdir(parents=True, exist_ok=True)
+    captions.write_bytes(b"")
+    manifest = work / layout.image_manifest("m30k", "test")
+    write_manifest(manifest, image_manifest(images))
+    features = [work / layout.features("m30k", "test", "npz"), work / layout.skipped_images("m30k", "test")]
+    for path in features:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    start = time.time() - 1000
+    for age, paths in enumerate([downloads, [images, captions], [manifest], features]):
+        for path in paths:
+            os.utime(path, (start + 100 * age, start + 100 * age))
+    return site, folder
+
+
+def _planned(work: Path, site: Path, *extra: str, env: dict | None = None):
+    target = layout.features("m30k", "test", "npz")
+    args = [target, "--cores", "1", *extra, "--configfile", str(PAPER), str(site)]
+    if env is None:
+        return run_snakemake(work, "-n", *args)
+    import subprocess
+    import sys
+
+    from conftest import snakemake_exe
+
+    full = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", **env}
+    return subprocess.run([snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(work), *args],
+                          capture_output=True, text=True, timeout=600, env=full)
+
+
+def _rules(result) -> set[str]:
+    return set(re.findall(r"^(?:local)?rule (\w+):$", result.stdout, re.M))
+
+
+def test_an_unrelated_file_in_the_flickr_folder_reruns_nothing_and_a_changed_image_its_features(tmp_path):
+    site, folder = _done_up_to_features(tmp_path)
+    work = tmp_path / "work"
+    manifest = work / layout.image_manifest("m30k", "test")
+    before = manifest.stat().st_mtime_ns
+    result = _planned(work, site)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+    # a file no split needs: nothing planned, the manifest untouched
+    (folder / "README.txt").write_text("Flickr30K, distributed on request")
+    (folder / "999.jpg").write_bytes(b"\xff\xd8other")
+    result = _planned(work, site)
+    assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+    assert manifest.stat().st_mtime_ns == before
+    # one of the split's images changed: its features (only) are planned
+    (folder / "1.jpg").write_bytes(b"\xff\xd8changed image, other size")
+    result = _planned(work, site)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _rules(result) == {"features"}, result.stdout[-3000:]
+    assert manifest.stat().st_mtime_ns > before
+
+
+def test_missing_imagenet_weights_stop_the_run_before_any_job_naming_torch_home(tmp_path):
+    """With features jobs to run and the torch hub cache lacking the ResNet50 weights, the run
+    stops at its start with one line naming TORCH_HOME; no job ran."""
+    site, folder = _done_up_to_features(tmp_path)
+    work = tmp_path / "work"
+    (folder / "2.jpg").write_bytes(b"\xff\xd8changed")             # the features must rerun
+    features = work / layout.features("m30k", "test", "npz")
+    cache = tmp_path / "empty-torch-home"
+    cache.mkdir()
+    result = _planned(work, site, env={"TORCH_HOME": str(cache)})
+    assert result.returncode != 0
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "TORCH_HOME=" in line]
+    assert len(lines) == 1 and f"TORCH_HOME={cache}" in lines[0] and "1 features job(s)" in lines[0], lines
+    assert features.exists() and features.stat().st_size == 0        # the job did not run
+    assert not (work / layout.log("features", "m30k.test")).exists()
