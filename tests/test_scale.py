@@ -152,3 +152,41 @@ def test_missing_imagenet_weights_stop_the_run_before_any_job_naming_torch_home(
     assert len(lines) == 1 and f"TORCH_HOME={cache}" in lines[0] and "1 features job(s)" in lines[0], lines
     assert features.exists() and features.stat().st_size == 0        # the job did not run
     assert not (work / layout.log("features", "m30k.test")).exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Caption-table metadata, once per parse
+
+
+def test_each_caption_table_is_read_once_per_parse_and_again_when_it_changes(tmp_path, monkeypatch):
+    """Checking config/paper.yaml looks up the caption count of every pseudopair set's queries
+    and database (dozens of lookups, 566K-row tables at the paper's size); each table is read
+    once, and again only when it changes."""
+    from pseudopairs import experiments as ex
+    from pseudopairs.config import check_config, load_config
+
+    monkeypatch.chdir(tmp_path)
+    tables = {}
+    for corpus, langs in (("coco", ["en"] * 50), ("m30k", ["en"] * 20 + ["de"] * 30)):
+        path = Path(layout.captions(corpus, "train"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"image_id": [str(i // 5) for i in range(len(langs))], "lang": langs}).to_parquet(path)
+        tables[corpus] = path
+    import pyarrow.parquet as pq
+
+    reads: list[str] = []
+    real = pq.read_table
+
+    def counting(source, *args, **kwargs):
+        reads.append(str(source))
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", counting)
+    monkeypatch.setattr(ex, "_LANG_COUNTS", {})
+    config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER))
+    lookups = 2 * len(config["pseudopairs"])
+    assert lookups >= 42 and sorted(reads) == sorted(str(p) for p in tables.values())
+    assert ex.known_caption_count(config, "m30k.de") == 30 and ex.known_caption_count(config, "coco.en") == 50
+    assert len(reads) == 2
+    pd.DataFrame({"image_id": ["0"] * 7, "lang": ["de"] * 7}).to_parquet(tables["m30k"])   # a new version
+    assert ex.known_caption_count(config, "m30k.de") == 7 and len(reads) == 3

@@ -68,10 +68,32 @@ def known_caption_count(config: dict, name: str, split: str = "train") -> int | 
     path = Path(layout.captions(ds["corpus"], split))
     if not path.is_file():
         return None
+    return caption_lang_counts(path).get(ds["lang"], 0)
+
+
+# (absolute path, size, mtime_ns) -> captions per language: a parse checks every pseudopair
+# set's queries and database (~42 lookups of the same few tables at the paper's size, 566K rows
+# each); each table version is read once per process
+_LANG_COUNTS: dict[tuple[str, int, int], dict[Any, int]] = {}
+
+
+def _read_langs(path) -> dict[Any, int]:
     import pyarrow.parquet as pq
 
-    langs = pq.read_table(path, columns=["lang"]).column("lang").to_pylist()
-    return sum(1 for lang in langs if lang == ds["lang"])
+    counts = pq.read_table(path, columns=["lang"]).column("lang").value_counts()
+    return {item["values"]: item["counts"] for item in counts.to_pylist()}
+
+
+def caption_lang_counts(path) -> dict[Any, int]:
+    """Captions per language of a caption table, read once per version of the file (its path,
+    size and modification time) in this process."""
+    import os
+
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    if key not in _LANG_COUNTS:
+        _LANG_COUNTS[key] = _read_langs(path)
+    return _LANG_COUNTS[key]
 
 
 def dataset_files(config: dict, name: str, split: str = "train", *,
