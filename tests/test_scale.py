@@ -190,3 +190,118 @@ def test_each_caption_table_is_read_once_per_parse_and_again_when_it_changes(tmp
     assert len(reads) == 2
     pd.DataFrame({"image_id": ["0"] * 7, "lang": ["de"] * 7}).to_parquet(tables["m30k"])   # a new version
     assert ex.known_caption_count(config, "m30k.de") == 7 and len(reads) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input at scale: each a one-line error naming the file, or a counted, logged skip.
+# (A duplicated image id is refused with its file and line by the readers: tests/test_readers.py.)
+
+FEATURES = {"arch": "resnet18", "weights": "none", "resize": 36, "crop": 32, "dtype": "float32",
+            "format": "npz", "batch_size": 4, "workers": 0, "device": "cpu", "shard_size": 4}
+
+
+def _jpegs(folder: Path, n: int) -> pd.DataFrame:
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        path = folder / f"{1000 + i}.jpg"
+        Image.fromarray((rng.random((48, 56, 3)) * 255).astype("uint8")).save(path, quality=90)
+        rows.append((str(1000 + i), str(path)))
+    return pd.DataFrame(rows, columns=["image_id", "path"])
+
+
+def _features_cli(tmp_path: Path, images: pd.DataFrame, capsys, **settings):
+    import json
+
+    from pseudopairs import cli
+
+    images.to_parquet(tmp_path / "list.parquet", index=False)
+    out, skipped = tmp_path / "f.npz", tmp_path / "f.skipped.tsv"
+    code = cli.main(["features", "--images", str(tmp_path / "list.parquet"), "--output", str(out),
+                     "--skipped", str(skipped), "--settings", json.dumps({**FEATURES, **settings})])
+    return code, capsys.readouterr(), out, skipped
+
+
+def _error_lines(captured) -> list[str]:
+    """stderr without the progress bars."""
+    return [line for line in captured.err.splitlines() if line.strip() and "img/s]" not in line]
+
+
+def test_a_truncated_jpeg_is_one_line_naming_it_or_a_listed_skip(tmp_path, capsys, caplog):
+    images = _jpegs(tmp_path / "flickr", 5)
+    bad = Path(images.loc[3, "path"])
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])       # cut in the scan data
+    code, captured, out, skipped = _features_cli(tmp_path, images, capsys)
+    err = _error_lines(captured)
+    assert code == 1 and len(err) == 1 and "Traceback" not in captured.err, captured.err
+    assert str(bad) in err[0] and "1003" in err[0] and "skip_unreadable" in err[0]
+    assert not out.exists()
+    # features.skip_unreadable: the image is left out, listed and counted
+    with caplog.at_level("INFO"):
+        code, captured, out, skipped = _features_cli(tmp_path, images, capsys, skip_unreadable=True)
+    assert code == 0
+    table = pd.read_csv(skipped, sep="\t", dtype=str)
+    assert table["image_id"].tolist() == ["1003"] and table["path"].tolist() == [str(bad)]
+    from pseudopairs.io import load_features
+
+    assert load_features(out)[0] == ["1000", "1001", "1002", "1004"]
+    assert "1 skipped" in caplog.text + captured.out + captured.err
+
+
+def test_an_image_of_the_splits_missing_from_the_folder_is_one_line_naming_it(tmp_path, capsys):
+    from pseudopairs import cli
+
+    images = _jpegs(tmp_path / "flickr", 4)
+    gone = Path(images.loc[2, "path"])
+    gone.unlink()
+    images.to_parquet(tmp_path / "list.parquet", index=False)
+    assert cli.main(["image-manifest", "--images", str(tmp_path / "list.parquet"),
+                     "--output", str(tmp_path / "m.json")]) == 0
+    assert "4 images, 1 missing" in capsys.readouterr().out           # the manifest counts it
+    for skip in (False, True):                                         # never a silent skip
+        code, captured, out, _ = _features_cli(tmp_path, images, capsys, skip_unreadable=skip)
+        err = _error_lines(captured)
+        assert code == 1 and len(err) == 1 and str(gone) in err[0] and "1002" in err[0], captured.err
+        assert "Traceback" not in captured.err
+        assert not out.exists()
+
+
+def test_a_300_token_caption_and_an_empty_caption_are_prepared_and_encoded(tmp_path, capsys, caplog):
+    """Neither is cut nor crashes a step: the 300-token caption keeps its 300 tokens through the
+    Moses preparation and is encoded in full; the empty caption is counted and logged, and
+    encoded as a padding token (a finite unit vector)."""
+    import torch
+
+    from pseudopairs import cli
+    from pseudopairs.data.vocab import build_vocabulary
+    from pseudopairs.model.batches import TokenTable
+    from pseudopairs.model.encode import encode_captions_texts
+    from pseudopairs.model.encoders import RankingModel
+
+    long = " ".join(["a", "dog", "runs", "on", "the", "grass"] * 50) + "."
+    raws = ["A dog runs.", long, "   "] + [f"A cat number {i} sits." for i in range(200)]
+    pd.DataFrame({"dataset": "coco", "split": "train", "image_id": [str(i // 5) for i in range(len(raws))],
+                  "lang": "en", "caption_idx": [i % 5 for i in range(len(raws))], "raw": raws}
+                 ).to_parquet(tmp_path / "raw.parquet", index=False)
+    with caplog.at_level("WARNING"):
+        code = cli.main(["prepare-captions", "--input", str(tmp_path / "raw.parquet"),
+                         "--output", str(tmp_path / "out.parquet")])
+    assert code == 0
+    assert "1 of 203 en captions (after preparation) are empty" in caplog.text + capsys.readouterr().err
+    texts = pd.read_parquet(tmp_path / "out.parquet")["text"].tolist()
+    assert len(texts[1].split()) == 301 and texts[2] == ""
+    vocab = build_vocabulary(texts, min_count=1)
+    table = TokenTable.encode(vocab, texts)
+    assert table.lengths[1] == 301 and table.lengths[2] == 0
+    torch.manual_seed(0)
+    model = RankingModel(len(vocab), embedding_dim=8, joint_dim=16, image_dim=4)
+    embeddings = encode_captions_texts(model, vocab, texts, batch_size=64)
+    assert embeddings.shape == (203, 16) and torch.isfinite(embeddings).all()
+    assert torch.allclose(embeddings.norm(dim=1), torch.ones(203), atol=1e-5)
+    # the long caption is encoded in full: a change of its last word changes its embedding
+    changed = encode_captions_texts(model, vocab, [texts[1].rsplit(" ", 2)[0] + " dog ."])
+    assert not torch.allclose(changed[0], embeddings[1])
