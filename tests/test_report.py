@@ -1,6 +1,7 @@
-"""The report's HTML pages: the tables as HTML (ours as mean ± sd, the paper's number
-beside, † on rows beyond the paper), any CSV with paper columns, the §7.2 statistics, charts; and
-a real `snakemake --report` of a tiny run, opened in headless Chromium."""
+"""The report's HTML pages: the tables as HTML (ours as mean ± sd, the paper's number under it,
+† on rows beyond the paper), any CSV with paper columns, the §7.2 statistics, the effect charts
+(each row's difference from its source row, ours beside the paper's); the report after a partial
+run; and a real `snakemake --report` of a tiny run, opened in headless Chromium."""
 
 from __future__ import annotations
 
@@ -18,29 +19,42 @@ from pseudopairs.report import tables
 
 
 class Cells(HTMLParser):
-    """The rows of every <table> of a page: [[(tag, class, text), ...], ...] per table."""
+    """The rows of every <table> of a page: [[(tag, class, text), ...], ...] per table. A value
+    cell (ours over the paper's number, one <td>) reads as two cells, ("td", "ours", text) and
+    ("td", "paper", text), as far as it has them; non-breaking spaces read as spaces."""
 
     def __init__(self):
         super().__init__()
         self.tables: list[list[list[tuple[str, str, str]]]] = []
         self._cell = None
+        self._parts: list[list[str]] | None = None
 
     def handle_starttag(self, tag, attrs):
+        cls = dict(attrs).get("class") or ""
         if tag == "table":
             self.tables.append([])
         elif tag == "tr" and self.tables:
             self.tables[-1].append([])
         elif tag in ("td", "th") and self.tables:
-            self._cell = [tag, dict(attrs).get("class") or "", ""]
+            self._cell = [tag, cls, ""]
+            self._parts = [] if tag == "td" and cls == "value" else None
+        elif tag == "span" and self._parts is not None and cls in ("ours", "paper"):
+            self._parts.append([cls, ""])
 
     def handle_data(self, data):
         if self._cell is not None:
             self._cell[2] += data
+            if self._parts:
+                self._parts[-1][1] += data
 
     def handle_endtag(self, tag):
         if tag in ("td", "th") and self._cell is not None:
-            self.tables[-1][-1].append((self._cell[0], self._cell[1], self._cell[2].strip()))
-            self._cell = None
+            if self._parts is not None:
+                cells = [(self._cell[0], cls, text.replace("\u00a0", " ").strip()) for cls, text in self._parts]
+            else:
+                cells = [(self._cell[0], self._cell[1], self._cell[2].replace("\u00a0", " ").strip())]
+            self.tables[-1][-1].extend(cells)
+            self._cell, self._parts = None, None
 
 
 def parse(text: str) -> list[list[list[tuple[str, str, str]]]]:
@@ -84,10 +98,10 @@ def test_a_table_renders_ours_with_sd_the_paper_beside_and_daggers(table_csv):
     frame = pd.read_csv(table_csv, keep_default_na=False, na_values=[""])
     text = pages_html.html_table(frame, pages_html.table_columns(SPEC, frame))
     (table,) = parse(text)
-    header = [[cell[2] for cell in row] for row in table[:3]]
+    header = [[cell[2] for cell in row] for row in table[:2]]
     assert header[0][1:3] == ["EN", "DE"] and header[0][3:] == ["Sum(Sum)", "n"]
     assert header[1][:3] == ["I→T R@1", "T→I R@1", "Sum"]
-    assert set(header[2]) == {"ours", "paper"}
+    assert "ours" not in header[1]  # ours and the paper's number share one column
     rows = body_rows(table)
     assert list(rows) == ["A", "ref only", "B <new> †"]  # escaped in the page, † on the new row
     a = rows["A"]
@@ -100,6 +114,8 @@ def test_a_table_renders_ours_with_sd_the_paper_beside_and_daggers(table_csv):
     b = rows["B <new> †"]
     assert b[0] == ("ours", "9.0") and b[1] == ("paper", "–") and b[-1] == ("text", "1")  # one seed: no ±
     assert "B &lt;new&gt;" in text and '<tr class="beyond">' in text
+    # one <td> per value: ours over the paper's number
+    assert text.count('<td class="value">') == 3 * len(pages_html.table_columns(SPEC, frame, with_n=False))
 
 
 def test_table_7_has_one_r1_per_direction_beside_the_paper():
@@ -183,14 +199,155 @@ def test_report_page_writes_a_self_contained_page_with_tables_charts_and_figures
     assert main(["report-page", "--output", str(tmp_path / "empty.html")]) == 1
 
 
-def test_the_chart_has_a_panel_per_sum_and_bars_for_ours_and_the_paper(table_csv):
-    frame = pd.read_csv(table_csv, keep_default_na=False, na_values=[""])
+def test_the_effect_chart_panels_are_the_sums():
+    frame = tables.retrieval_table(SPEC, {"a": [metrics(100.0, 10.0)], "b": [metrics(90.0, 9.0)]})
     metrics_ = pages_html.chart_columns(SPEC, frame)
     assert [(c.group, c.heading) for c in metrics_] == [("EN", "Sum"), ("DE", "Sum"), ("", "Sum(Sum)")]
-    from pseudopairs.report.charts import chart_svg
 
-    svg = chart_svg(frame, metrics_, labels=pages_html.row_labels(frame))
-    assert svg.startswith("<svg") and svg == chart_svg(frame, metrics_, labels=pages_html.row_labels(frame))
+
+# Two models over three seeds; B builds on A (its source). Per seed: EN Sum and DE Sum.
+EFFECT_SPEC = {"title": "Table 8: effects", "kind": "retrieval", "langs": ["en", "de"], "sum_sum": True,
+               "rows": [{"label": "A", "experiment": "a", "paper": {"en": [40.0, 30.0, 350.0], "de": [30.0, 20.0, 300.0],
+                                                                    "sum_sum": 650.0}},
+                        {"label": "ref only", "paper": {"en": [1.0, 2.0, 3.0]}},
+                        {"label": "B", "experiment": "b", "paper": {"en": [41.0, 29.0, 353.5], "de": [31.0, 21.0, 298.0],
+                                                                    "sum_sum": 651.5}}],
+               "sources": [None, None, {"row": 0, "reason": "mined from"}]}
+A_SUMS = [(300.0, 250.0), (310.0, 240.0), (305.0, 262.0)]
+B_SUMS = [(309.0, 251.0), (311.0, 250.0), (322.0, 263.0)]
+
+
+def effect_runs() -> dict:
+    return {"a": [metrics(en, 10.0 + k, de_rsum=de) for k, (en, de) in enumerate(A_SUMS)],
+            "b": [metrics(en, 11.0, de_rsum=de) for en, de in B_SUMS]}
+
+
+def test_an_effect_is_the_mean_and_sd_of_the_per_seed_differences_beside_the_papers():
+    """Hand-made: ours = mean(B) − mean(A) (= the mean of the per-seed differences), sd = the
+    sample sd of the per-seed differences, the paper's = its B − A as the table lists them."""
+    from statistics import mean, stdev
+
+    from pseudopairs.report.effects import seed_frames, table_effects
+
+    runs = effect_runs()
+    frame = tables.retrieval_table(EFFECT_SPEC, runs)
+    per_seed = seed_frames(EFFECT_SPEC, runs)
+    assert len(per_seed) == 3 and per_seed[1].loc[2, "en_rsum_mean"] == 311.0
+    effects = table_effects(EFFECT_SPEC, frame, pages_html.chart_columns(EFFECT_SPEC, frame), per_seed)
+    by_metric = {e["metric"]: e for e in effects}
+    assert set(by_metric) == {"EN Sum", "DE Sum", "Sum(Sum)"}  # one row with a source, three panels
+    en = by_metric["EN Sum"]
+    assert (en["row"], en["source"], en["reason"], en["n"]) == ("B", "A", "mined from", 3)
+    assert en["ours"] == pytest.approx(mean(b for b, _ in B_SUMS) - mean(a for a, _ in A_SUMS))
+    assert en["ours"] == pytest.approx(9.0)
+    assert en["sd"] == pytest.approx(stdev([9.0, 1.0, 17.0])) and en["sd"] == pytest.approx(8.0)  # by hand
+    assert en["paper"] == pytest.approx(353.5 - 350.0)
+    de = by_metric["DE Sum"]
+    assert de["ours"] == pytest.approx(4.0) and de["sd"] == pytest.approx(stdev([1.0, 10.0, 1.0]))
+    assert de["paper"] == pytest.approx(-2.0)
+    both = by_metric["Sum(Sum)"]
+    assert both["ours"] == pytest.approx(13.0) and both["sd"] == pytest.approx(stdev([10.0, 11.0, 18.0]))
+    assert both["paper"] == pytest.approx(1.5)
+
+
+def effects_data(text: str) -> list[dict]:
+    import re
+
+    (data,) = re.findall(r'<script type="application/json" class="effects"[^>]*>(.*?)</script>', text, re.S)
+    return json.loads(data)
+
+
+def test_the_page_draws_the_effects_from_the_metrics_files_and_shows_its_title_once(tmp_path):
+    """report-page with a page spec (seeds and the pattern of the metrics files): the chart's data
+    are the per-seed differences read from the files; the single table's title is the page's
+    heading and appears once."""
+    import base64
+
+    from pseudopairs.cli import main
+
+    runs = effect_runs()
+    for name, by_seed in runs.items():
+        for seed, run in enumerate(by_seed, start=1):
+            path = tmp_path / "models" / name / f"seed{seed}" / "metrics.json"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps(run))
+    csv = tmp_path / "table8.csv"
+    tables.retrieval_table(EFFECT_SPEC, runs).to_csv(csv, index=False, float_format="%.4f")
+    spec = {**EFFECT_SPEC, "seeds": [1, 2, 3],
+            "metrics_pattern": str(tmp_path / "models" / "{experiment}" / "seed{seed}" / "metrics.json")}
+    out = tmp_path / "table8.html"
+    assert main(["report-page", "--specs", json.dumps({"table8": spec}), "--table", str(csv),
+                 "--ours-label", "ours (demo world)", "--output", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    data = {e["metric"]: e for e in effects_data(text)}
+    assert data["EN Sum"]["ours"] == pytest.approx(9.0) and data["EN Sum"]["sd"] == pytest.approx(8.0)
+    assert data["EN Sum"]["paper"] == pytest.approx(3.5) and data["Sum(Sum)"]["n"] == 3
+    assert text.count("Table 8: effects") == 2  # <title> and <h1>; no second heading
+    assert "<h2>" not in text and text.count('src="data:image/svg+xml;base64,') == 1
+    svg = base64.b64decode(text.split('src="data:image/svg+xml;base64,')[1].split('"')[0]).decode()
+    assert "ours (demo world)" in svg and "paper" in svg and "+9.0 ± 8.0" in svg and "+3.5" in svg
+    # without the metrics files: the difference of the means, no sd
+    bare = tmp_path / "bare.html"
+    assert main(["report-page", "--specs", json.dumps({"table8": EFFECT_SPEC}), "--table", str(csv),
+                 "--output", str(bare)]) == 0
+    plain = {e["metric"]: e for e in effects_data(bare.read_text(encoding="utf-8"))}
+    assert plain["EN Sum"]["ours"] == pytest.approx(9.0) and plain["EN Sum"]["sd"] is None
+
+
+def test_each_row_of_the_shipped_tables_has_its_source_from_the_configuration():
+    """Sources come from the config: the model that mined a row's pseudopairs, its fine-tuning
+    start, the worse side of a method-check effect, else the table's first row with a model."""
+    from report_fixture import shipped_config
+
+    from pseudopairs.report.effects import row_sources
+
+    config = shipped_config()
+
+    def sources(table):
+        rows = config["tables"][table]["rows"]
+        named = {}
+        for k, (row, source) in enumerate(zip(rows, row_sources(config, table))):
+            label = row["label"] if row["label"] != "+ fine-tune" else f"{rows[k - 1]['label']} / ft"
+            named[label] = None if source is None else (rows[source["row"]]["label"], source["reason"])
+        return named
+
+    table5 = sources("table5")
+    assert table5["En+De+COCO+c2c"] is None
+    assert table5["+ pseudo"] == ("En+De+COCO+c2c", "mined from")
+    assert table5["+ pseudo 75% / ft"] == ("En+De+COCO+c2c", "mined from")
+    assert table5["+ Translation"] == ("En+De+COCO+c2c", "method check")
+    assert table5["control: fine-tune without pseudopairs"] == ("En+De+COCO+c2c", "fine-tuned from")
+    table1 = sources("table1")
+    assert table1["+ De"] == ("En", "method check") and table1["+ c2c"] == ("+ De", "method check")
+    assert table1["COCO"] == ("En", "reference row") and table1["+ En"] == ("COCO", "method check")
+    table7 = sources("table7")
+    assert table7["DPCCA"] is None and table7["En + De"] is None
+    assert table7["En + De + c2c"] == ("En + De", "method check")
+    assert sources("table4")["+ pseudo-English of M30K (reverse) / fine-tune"] == ("De + COCO", "mined from")
+    rounds = sources("table_rounds_de_coco")
+    assert rounds["round 2"] == ("round 1", "mined from") and rounds["round 1"] == ("round 0 (de_coco)", "mined from")
+    lessons4 = sources("table_lessons4")  # one model per language in the first row: still the reference
+    assert lessons4["Bi-translation"] == ("Monolingual", "reference row")
+
+
+def test_the_workflow_description_names_the_feature_network_of_the_config_in_use():
+    """workflow/report/workflow.rst, rendered as `snakemake --report` renders it: ResNet18 on the
+    demo, ResNet50 with config/paper.yaml."""
+    from types import SimpleNamespace
+
+    from jinja2 import Environment
+    from report_fixture import REPO, shipped_config
+
+    from pseudopairs.config import check_config, load_config
+
+    template = Environment(trim_blocks=True, lstrip_blocks=True).from_string(
+        (REPO / "workflow" / "report" / "workflow.rst").read_text(encoding="utf-8"))
+    paper = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
+                                     REPO / "config" / "paper.yaml"))
+    demo = template.render(snakemake=SimpleNamespace(config=shipped_config()), files=[])
+    real = template.render(snakemake=SimpleNamespace(config=paper), files=[])
+    assert "ResNet18" in demo and "ResNet50" not in demo and "world scenes" in demo
+    assert "ResNet50" in real and "ResNet18" not in real and "ImageNet" in real
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,18 +431,60 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     start = browser.view_report(report)
     assert start.categories == {"Tables", "Pseudopairs", "Training"} and "Start here" in start.menu_text
     shot = tmp_path / "all_results.png"
-    view = browser.view_report(report, "results/html/all_results.html", screenshot=shot)
+    view = browser.view_report(report, "All results", subcategory=PAGES, screenshot=shot)
     # 7 tables, 7 of paper 004 and 2 of rounds, the method check, the §7.2 sets and their comparison
     assert view.frame_tables == 16 + 1 + 2, view.frame_text[:3000]
-    # a chart per table, the training curves, Figure 1, 004's Figure 3 as bars
-    assert view.frame_images == 16 + 3
+    # an effect chart per table with two rows of models (Tables 4 and 7, both chains' rounds), the
+    # training curves, Figure 1, 004's Figure 3 as bars
+    assert view.frame_images == 4 + 3
     for text in ("Table 1: English M30K test 2016", "Table 7: translation retrieval", "Method check",
                  "§7.2", "Training curves", "Figure 1", "+ pseudo CSLS †", "DPCCA", "82.6", "De + COCO",
                  "004 Table 7: high-to-low resource transfer", "004 Figure 3", "T→I R@10"):
         assert text in view.frame_text, text
     assert browser.non_blank(shot, region=(0.3, 0.0, 1.0, 1.0)), f"the report's frame is blank: {shot}"
-    table = browser.view_report(report, "results/html/table4.html")
+    table = browser.view_report(report, "Table 4", subcategory=PAGES)
     assert table.frame_tables == 1 and table.frame_images == 1 and "319.7" in table.frame_text
+
+
+PAGES = "Charts and tables (pages)"  # the report's subcategory of the HTML pages (common.smk)
+
+
+@pytest.mark.slow
+def test_the_report_shows_what_exists_after_table_5_alone(tmp_path):
+    """After Table 5 alone (its models' metrics, its CSV and page built by the workflow's own
+    rules; every other table missing) `snakemake --report` reports what is there instead of
+    failing on the results a complete run would add, while a run still plans everything. In
+    Chromium: the report lists Table 5 by name, its page shows the effect chart and the table,
+    and nothing on the page is wider than the report's frame."""
+    from report_fixture import shipped_config, write_metrics
+
+    from pseudopairs.report import browser
+
+    write_metrics(tmp_path, shipped_config(), ["table5"])
+    run = run_snakemake(tmp_path, "--cores", "1", "--allowed-rules", "table", "report_table", "--",
+                        "results/html/table5.html")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "results" / "table5.csv").is_file() and not (tmp_path / "results" / "table1.csv").exists()
+    report = tmp_path / "report.html"
+    run = run_snakemake(tmp_path, "--report", str(report))
+    assert run.returncode == 0, run.stderr[-3000:]
+    text = report.read_text(encoding="utf-8")
+    assert "results/html/table5.html" in text and "results/table5.csv" in text
+    assert "results/table1.csv" not in text and "all_results.html" not in text
+    plan = run_snakemake(tmp_path, "-n")  # a run plans every table and page all the same
+    assert plan.returncode == 0 and "report_results" in plan.stdout and "method_check" in plan.stdout
+
+    if browser.find_chromium() is None:
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
+    view = browser.view_report(report, "Table 5", subcategory=PAGES, screenshot=tmp_path / "table5.png")
+    assert view.results == ["Table 5"]  # a name, not a path; the only page there is
+    assert view.frame_tables == 1 and view.frame_images == 1, view.frame_text[:2000]
+    assert "En+De+COCO+c2c" in view.frame_text and "Sum(Sum)" in view.frame_text
+    assert view.frame_text.count("Table 5: pseudopairs and translations") == 1  # the title once
+    assert 500 < view.frame_width < 1400
+    shown = browser.overflow(tmp_path / "results" / "html" / "table5.html", view.frame_width)
+    assert shown["wide"] == [] and shown["scroll"] <= shown["width"], shown
+    assert browser.listed(report, subcategory="Data (CSV, Markdown)") == ["Table 5"]
 
 
 def test_a_large_png_is_embedded_re_encoded_under_the_budget_and_a_small_one_as_it_is(tmp_path):

@@ -534,9 +534,12 @@ def check_feature_weights():
     jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
     if not jobs:
         return
-    from pseudopairs.features.network import imagenet_checkpoint_path
+    try:  # torch is imported here; a Snakemake without it (--sdm conda/apptainer) leaves it to the jobs
+        from pseudopairs.features.network import imagenet_checkpoint_path
 
-    path = imagenet_checkpoint_path()
+        path = imagenet_checkpoint_path()
+    except ImportError:
+        return
     if not path.is_file():
         raise WorkflowError(
             f"features.weights: imagenet: {len(jobs)} features job(s) need the ResNet50 ImageNet "
@@ -583,11 +586,42 @@ def check_job_environment():
 # ----------------------------------------------------------------------------------------------
 # Report
 # The HTML pages `snakemake --report` shows (pseudopairs.report.html, paths in
-# pseudopairs.report.pages): every table with its chart, ours beside the paper's numbers; the
-# method check and the §7.2 statistics when the config declares them; all of it on one page.
+# pseudopairs.report.pages): every table with its effect chart (each row's difference from its
+# source row, ours beside the paper's; pseudopairs.report.effects) and its numbers; the method
+# check and the §7.2 statistics when the config declares them; all of it on one page.
 # A further CSV with paper_* columns is one more `--csv TITLE PATH` of report_results_args.
 
+import inspect
+
+from pseudopairs.report import effects as report_effects
 from pseudopairs.report import pages
+
+
+def building_report():
+    """Whether Snakemake is building the DAG for `snakemake --report` (Workflow.create_report
+    is on the call stack): the report shows what exists, while a run plans everything."""
+    create_report = getattr(type(workflow), "create_report", None)
+    code = getattr(create_report, "__code__", None)
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def present(paths):
+    """``paths`` as they are, or for `snakemake --report` those that exist: a report after a
+    partial run (`snakemake results/table5.csv`) shows what is there instead of failing on every
+    result a complete run would add (Snakemake refuses a report() output that does not exist)."""
+    paths = list(paths)
+    return [path for path in paths if Path(path).exists()] if building_report() else paths
+
+
+def all_targets(*groups):
+    """Rule all's inputs (an input function): every output of ``groups`` (lists of paths), or for
+    `snakemake --report` those that exist (:func:`present`)."""
+    return lambda wildcards: present(path for group in groups for path in group)
 
 
 def report_pages():
@@ -612,9 +646,52 @@ def report_note():
     return f"Real data (Multi30K, COCO), {runs}."
 
 
+def report_ours_label():
+    """Our numbers' name in the effect charts: which world they come from."""
+    return "ours (demo world)" if WORLD else "ours (real data)"
+
+
+def report_table_inputs(wildcards):
+    """A table's page: its CSV and the metrics of every row's model and seed (the per-seed
+    differences of its effect chart)."""
+    return {
+        "table": layout.table(wildcards.table),
+        "metrics": report_effects.page_inputs(config, wildcards.table),
+    }
+
+
 def report_table_specs(wildcards):
-    """One table's config entry (its title, kind and languages), keyed by its name."""
-    return as_json({wildcards.table: config["tables"][wildcards.table]}, sort_keys=False)
+    """One table's page spec (its config entry, row sources, seeds), keyed by its name."""
+    return as_json(
+        {wildcards.table: report_effects.page_spec(config, wildcards.table)}, sort_keys=False
+    )
+
+
+def report_name(name):
+    """(short name, what it shows) of a table or page for the report's lists: its title split at
+    the first ": " (Table 1, English M30K test 2016, aligned setting)."""
+    titles = {
+        pages.RESULTS: "All results: every table with its effect chart, the checks and figures",
+        pages.METHOD_CHECK: pages.METHOD_CHECK_TITLE,
+        pages.PSEUDOPAIR_STATS: pages.PSEUDOPAIR_STATS_TITLE,
+    }
+    title = titles.get(name) or config["tables"].get(name, {}).get("title") or name
+    short, _, about = title.partition(": ")
+    return short, about
+
+
+def report_labels(name):
+    """The label a result has in the report's lists, shown there instead of the file's path: the
+    short name of a table or page (:func:`report_name`: Table 5, 004 Table 2, Method check) or
+    ``name`` itself. ``name``: a table or page name, or a function of the wildcards giving one."""
+    pick = name if callable(name) else (lambda wildcards: name)
+    return lambda wildcards: {"name": report_name(pick(wildcards))[0]}
+
+
+# The report's subcategories of Tables (listed alphabetically by the report)
+REPORT_PAGES = "Charts and tables (pages)"
+REPORT_DATA = "Data (CSV, Markdown)"
+REPORT_FIGURES = "Figures"
 
 
 def report_figures():
@@ -630,19 +707,36 @@ def report_figures():
     return figures
 
 
-def report_results_inputs():
-    """The results page's inputs; the tables in natural order (table1 … table7, then others),
-    whatever order layered config files left them in."""
+def natural(path):
+    """Sort key: table1 … table7 before table10, whatever order layered config files left."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
-    def natural(path):
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
+def report_results_inputs(wildcards):
+    """The results page's inputs, tables in natural order (for `snakemake --report`: the tables
+    and figures that exist), and the metrics of every table's effect chart."""
+    tables = present(sorted(all_tables(), key=natural))
+    shown = [Path(path).stem for path in tables]
     return {
-        "tables": sorted(all_tables(), key=natural),
-        "method_check": method_check_outputs(),
-        "stats": pseudopair_stats_outputs(),
-        "figures": [path for _, path in report_figures()],
+        "tables": tables,
+        "metrics": sorted(
+            {path for name in shown for path in report_effects.page_inputs(config, name)}
+        ),
+        "method_check": present(method_check_outputs()),
+        "stats": present(pseudopair_stats_outputs()),
+        "figures": present(path for _, path in report_figures()),
     }
+
+
+def report_results_specs(wildcards, input):
+    """The page spec of every table on the results page."""
+    return as_json(
+        {
+            Path(path).stem: report_effects.page_spec(config, Path(path).stem)
+            for path in input.tables
+        },
+        sort_keys=False,
+    )
 
 
 def report_results_args(wildcards, input):
@@ -652,8 +746,6 @@ def report_results_args(wildcards, input):
         arg for path in input.method_check for arg in ("--csv", pages.METHOD_CHECK_TITLE, path)
     ]
     args += [arg for path in input.stats for arg in ("--pseudopair-stats", path)]
-    captions = [caption for caption, _ in report_figures()]
-    args += [
-        arg for caption, path in zip(captions, input.figures) for arg in ("--image", caption, path)
-    ]
+    captions = dict((path, caption) for caption, path in report_figures())
+    args += [arg for path in input.figures for arg in ("--image", captions[path], path)]
     return args

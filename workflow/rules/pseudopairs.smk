@@ -58,14 +58,19 @@ rule pseudopair_stats:
             layout.pseudopair_stats(),
             caption="../report/pseudopair_stats.rst",
             category="Pseudopairs",
+            labels=report_labels("§7.2 statistics (CSV)"),
         ),
         plot=report(
-            layout.caption_use_plot(), caption="../report/caption_use.rst", category="Pseudopairs"
+            layout.caption_use_plot(),
+            caption="../report/caption_use.rst",
+            category="Pseudopairs",
+            labels=report_labels("Caption use (hubness)"),
         ),
         histogram=report(
             layout.similarity_histogram(),
             caption="../report/similarity.rst",
             category="Pseudopairs",
+            labels=report_labels("Similarity of the mined pairs"),
         ),
     log:
         layout.log("pseudopair_stats", "pseudopair_stats"),
@@ -90,11 +95,13 @@ rule pseudopair_figure:
             layout.pseudopair_figure("png"),
             caption="../report/figure1.rst",
             category="Pseudopairs",
+            labels=report_labels("Figure 1"),
         ),
         html=report(
             layout.pseudopair_figure("html"),
             caption="../report/figure1.rst",
             category="Pseudopairs",
+            labels=report_labels("Figure 1 (page)"),
         ),
     log:
         layout.log("pseudopair_figure", "pseudopair_examples"),

@@ -20,7 +20,7 @@ rule rounds_summary:
             layout.rounds_figure("{chain}"),
             caption="../report/rounds.rst",
             category="Pseudopairs",
-            labels={"chain": "{chain}"},
+            labels=report_labels(lambda w: f"Rounds of {w.chain}"),
         ),
     log:
         layout.log("rounds_summary", "{chain}"),

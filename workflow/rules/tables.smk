@@ -17,7 +17,8 @@ rule table:
             layout.table("{table}"),
             caption="../report/table.rst",
             category="Tables",
-            labels={"table": "{table}"},
+            subcategory=REPORT_DATA,
+            labels=report_labels(lambda w: w.table),
         ),
     log:
         layout.log("table", "{table}"),
@@ -43,7 +44,8 @@ rule table_figure:
             layout.table_figure("{table}"),
             caption="../report/table_figure.rst",
             category="Tables",
-            labels={"figure": "{table}"},
+            subcategory=REPORT_FIGURES,
+            labels=report_labels(lambda w: w.table),
         ),
     log:
         layout.log("table_figure", "{table}"),
@@ -62,12 +64,19 @@ rule table_figure:
 
 rule tables_markdown:
     input:
-        tables=all_tables(),
-        stats=pseudopair_stats_outputs(),
-        method_check=method_check_outputs(),
-        runs=training_runs_outputs(),
+        # for `snakemake --report`: what exists (common.smk, present)
+        tables=lambda w: present(all_tables()),
+        stats=lambda w: present(pseudopair_stats_outputs()),
+        method_check=lambda w: present(method_check_outputs()),
+        runs=lambda w: present(training_runs_outputs()),
     output:
-        report(layout.tables_markdown(), caption="../report/tables_markdown.rst", category="Tables"),
+        report(
+            layout.tables_markdown(),
+            caption="../report/tables_markdown.rst",
+            category="Tables",
+            subcategory=REPORT_DATA,
+            labels=report_labels("All tables (Markdown)"),
+        ),
     log:
         layout.log("tables_markdown", "tables"),
     benchmark:
@@ -94,7 +103,10 @@ rule training_curves:
         training_curves_inputs(),
     output:
         report(
-            layout.training_curves(), caption="../report/training_curves.rst", category="Training"
+            layout.training_curves(),
+            caption="../report/training_curves.rst",
+            category="Training",
+            labels=report_labels("Training curves"),
         ),
     log:
         layout.log("training_curves", "training_curves"),
@@ -122,9 +134,15 @@ localrules:
 
 rule report_table:
     input:
-        layout.table("{table}"),
+        unpack(report_table_inputs),
     output:
-        report(pages.page("{table}"), caption="../report/table_page.rst", category="Tables"),
+        report(
+            pages.page("{table}"),
+            caption="../report/table_page.rst",
+            category="Tables",
+            subcategory=REPORT_PAGES,
+            labels=report_labels(lambda w: w.table),
+        ),
     log:
         layout.log("report_table", "{table}"),
     benchmark:
@@ -136,9 +154,10 @@ rule report_table:
     params:
         specs=report_table_specs,
         note=report_note(),
+        ours=report_ours_label(),
     shell:
         "python -m pseudopairs report-page --specs {params.specs:q} --note {params.note:q} "
-        "--table {input:q} --output {output:q} > {log:q} 2>&1"
+        "--ours-label {params.ours:q} --table {input.table:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule report_method_check:
@@ -149,6 +168,8 @@ rule report_method_check:
             pages.page(pages.METHOD_CHECK),
             caption="../report/method_check_page.rst",
             category="Tables",
+            subcategory=REPORT_PAGES,
+            labels=report_labels(pages.METHOD_CHECK),
         ),
     log:
         layout.log("report_method_check", pages.METHOD_CHECK),
@@ -174,6 +195,8 @@ rule report_pseudopair_stats:
             pages.page(pages.PSEUDOPAIR_STATS),
             caption="../report/pseudopair_stats_page.rst",
             category="Tables",
+            subcategory=REPORT_PAGES,
+            labels=report_labels(pages.PSEUDOPAIR_STATS),
         ),
     log:
         layout.log("report_pseudopair_stats", pages.PSEUDOPAIR_STATS),
@@ -193,9 +216,15 @@ rule report_pseudopair_stats:
 
 rule report_results:
     input:
-        **report_results_inputs(),
+        unpack(report_results_inputs),
     output:
-        report(pages.page(pages.RESULTS), caption="../report/results_page.rst", category="Tables"),
+        report(
+            pages.page(pages.RESULTS),
+            caption="../report/results_page.rst",
+            category="Tables",
+            subcategory=REPORT_PAGES,
+            labels=report_labels(pages.RESULTS),
+        ),
     log:
         layout.log("report_results", pages.RESULTS),
     benchmark:
@@ -206,9 +235,11 @@ rule report_results:
         **job_resources("report_results"),
     params:
         title=pages.RESULTS_TITLE,
-        specs=as_json(config["tables"], sort_keys=False),
+        specs=report_results_specs,
         note=report_note(),
+        ours=report_ours_label(),
         sections=report_results_args,
     shell:
         "python -m pseudopairs report-page --title {params.title:q} --specs {params.specs:q} "
-        "--note {params.note:q} {params.sections:q} --output {output:q} > {log:q} 2>&1"
+        "--note {params.note:q} --ours-label {params.ours:q} {params.sections:q} "
+        "--output {output:q} > {log:q} 2>&1"

@@ -159,6 +159,8 @@ class ReportView:
     frame_text: str = ""
     frame_tables: int = 0
     frame_images: int = 0
+    frame_width: int = 0
+    results: list[str] = field(default_factory=list)
 
 
 def _walk(node: dict):
@@ -194,19 +196,30 @@ CLICK_VIEW = """(() => {
   return Boolean(button);
 })()"""
 
+# the first cell of every row of the result list shown (a result's first label, or its path)
+LISTED = "[...document.querySelectorAll('tr')].map(r => r.querySelector('td')).filter(Boolean).map(c => c.innerText.trim())"
+
 
 def view_report(report: Path, result: str | None = None, *, screenshot: Path | None = None,
-                width: int = 1400, height: int = 1000, category: str = "Tables") -> ReportView:
-    """Open ``report`` (snakemake --report), and with ``result`` (its path as the report lists
-    it) open ``category`` and click that result's view button, as a reader would; read what the
-    frame shows and save a screenshot of the window."""
+                width: int = 1400, height: int = 1000, category: str = "Tables",
+                subcategory: str | None = None) -> ReportView:
+    """Open ``report`` (snakemake --report), and with ``result`` (as the report lists it: its
+    first label, e.g. "Table 5", or its path where it has no labels) open ``category`` (and
+    ``subcategory``) and click that result's view button, as a reader would; read what the frame
+    shows and save a screenshot of the window."""
     with Chromium(width=width, height=height) as browser:
         browser.open(Path(report).resolve().as_uri())
         browser.wait_for("typeof categories !== 'undefined' && document.querySelector('#app nav, #app ul') "
                          "&& document.querySelector('#app').innerText.length > 0", "the report's menu")
         view = ReportView(categories=set(browser.evaluate("Object.keys(categories)")))
         if result is not None:
-            browser.evaluate(f"app.showCategory({json.dumps(category)})")
+            if subcategory is None:
+                browser.evaluate(f"app.showCategory({json.dumps(category)})")
+            else:
+                browser.evaluate(f"app.setView({{navbarMode: 'subcategory', category: {json.dumps(category)}, "
+                                 f"subcategory: {json.dumps(subcategory)}}})")
+            time.sleep(0.3)
+            view.results = browser.evaluate(LISTED) or []
             browser.wait_for(CLICK_VIEW % json.dumps(result), f"{result} in the {category} list")
             browser.wait_for("(() => { const f = document.querySelector('iframe'); return f && f.contentWindow "
                              "&& f.src.startsWith('data:text/html'); })()", "the result's frame")
@@ -220,11 +233,27 @@ def view_report(report: Path, result: str | None = None, *, screenshot: Path | N
                 last = contents
                 time.sleep(0.5)
             view.frame_text, view.frame_tables, view.frame_images = last or ("", 0, 0)
+            view.frame_width = browser.evaluate("document.querySelector('iframe').clientWidth")
             time.sleep(0.5)  # let the frame paint its images
         view.menu_text = browser.evaluate("document.querySelector('#app').innerText")
         if screenshot is not None:
             browser.screenshot(screenshot)
     return view
+
+
+def listed(report: Path, category: str = "Tables", subcategory: str | None = None) -> list[str]:
+    """What the report lists in ``category`` (and ``subcategory``): the first cell of each row (a
+    result's first label, or its path where it has none)."""
+    with Chromium() as browser:
+        browser.open(Path(report).resolve().as_uri())
+        browser.wait_for("typeof categories !== 'undefined' && document.querySelector('#app').innerText.length > 0",
+                         "the report's menu")
+        if subcategory is None:
+            browser.evaluate(f"app.showCategory({json.dumps(category)})")
+        else:
+            browser.evaluate(f"app.setView({{navbarMode: 'subcategory', category: {json.dumps(category)}, "
+                             f"subcategory: {json.dumps(subcategory)}}})")
+        return browser.wait_for(f"(() => {{ const l = {LISTED}; return l.length ? l : null; }})()", "the list")
 
 
 def non_blank(png: Path, region: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)) -> bool:
@@ -241,3 +270,22 @@ def non_blank(png: Path, region: tuple[float, float, float, float] = (0.0, 0.0, 
         return False
     colours = part.getcolors(maxcolors=total)  # (count, colour) of every colour
     return 1 - max(count for count, _ in colours) / total > 0.01
+
+
+WIDER = """(() => {
+  const width = document.documentElement.clientWidth;
+  const wide = [...document.querySelectorAll('table, figure, img, section, p, div')].filter(
+    e => e.getBoundingClientRect().right > width + 0.5 || e.scrollWidth > e.clientWidth + 1);
+  return {width: width, scroll: document.documentElement.scrollWidth,
+          wide: wide.map(e => e.tagName + (e.className ? '.' + e.className : '') + ' ' +
+                         Math.round(e.getBoundingClientRect().width))};
+})()"""
+
+
+def overflow(page: Path, width: int, height: int = 1000) -> dict:
+    """Open an HTML page alone in a window ``width`` pixels wide (the report's frame: see
+    :attr:`ReportView.frame_width`) and list what is wider than the window or scrolls sideways:
+    ``{"width", "scroll" (the page's scroll width), "wide": ["TABLE.results 1234", ...]}``."""
+    with Chromium(width=width, height=height) as browser:
+        browser.open(Path(page).resolve().as_uri())
+        return browser.evaluate(WIDER)

@@ -1,8 +1,10 @@
 """Self-contained HTML pages of the results for ``snakemake --report`` (which shows an HTML
 result in the page itself, in a frame): each of the paper's tables as ours (mean ± sd over seeds)
-with the paper's number beside, rows beyond the paper marked †, and a chart of ours against the
-paper; any CSV with ``paper_*`` columns (the method check); the §7.2 pseudopair statistics; and
-figures (PNG), all embedded, so a page can be mailed on its own.
+with the paper's number under it, rows beyond the paper marked †, and an effect chart — each
+row's difference from its source row, ours beside the paper's (:mod:`pseudopairs.report.effects`);
+any CSV with ``paper_*`` columns (the method check); the §7.2 pseudopair statistics; and figures
+(PNG), all embedded, so a page can be mailed on its own. A table fits the report's frame: ours and
+the paper's number share a cell (two lines), and long labels wrap.
 
 The generic part is :func:`infer_columns` + :func:`html_table`: a CSV whose values come as
 ``X_mean`` (and ``X_std``) or ``ours_X`` (and ``sd_X``), with the paper's number as ``paper_X``,
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -36,8 +39,8 @@ from pseudopairs.report.tables import (
 
 DAGGER = "†"
 BEYOND_NOTE = f"{DAGGER} beyond the paper: rows the paper does not report."
-LEGEND = ("Ours: mean ± sample standard deviation over the seeds (n; no ± for one seed). "
-          "Paper: the published number. – : no number.")
+LEGEND = ("Each cell: ours, mean ± sample standard deviation over the seeds (n; no ± for one seed), "
+          "above the paper's published number (grey, italic). – : no number.")
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,16 @@ def ours_text(row: pd.Series, column: Column) -> str:
         return "–"
     sd = number(_get(row, column.sd), column.digits, column.scale)
     return f"{mean} ± {sd}" if sd else mean
+
+
+def ours_html(row: pd.Series, column: Column) -> str:
+    """:func:`ours_text` as HTML: the mean and "± sd" each kept on one line, the line free to
+    break between them (a narrow column shows the sd under the mean)."""
+    text = ours_text(row, column)
+    mean, _, sd = text.partition(" ± ")
+    if not sd:
+        return f'<span class="m">{html.escape(mean)}</span>'
+    return f'<span class="m">{html.escape(mean)}</span> <span class="sd">±\u00a0{html.escape(sd)}</span>'
 
 
 def paper_text(row: pd.Series, column: Column) -> str:
@@ -214,29 +227,31 @@ def chart_columns(spec: dict, frame: pd.DataFrame) -> list[Column]:
 
 
 def _header(columns: list[Column], *, label: str | None) -> str:
-    """Up to three header rows: the groups (languages), the headings, and "ours | paper" under
-    each paired column; a cell with nothing below it spans the rows down."""
-    grouped, paired = any(c.group for c in columns), any(c.paired for c in columns)
-    depth = 1 + grouped + paired
+    """Up to two header rows: the groups (languages) and the headings; a heading with no group
+    spans both rows. A value column is one column: ours over the paper's number."""
+    grouped = any(c.group for c in columns)
+    depth = 1 + grouped
     rows: list[list[str]] = [[] for _ in range(depth)]
     if label is not None:
         rows[0].append(f'<th rowspan="{depth}" class="label">{html.escape(label)}</th>')
     for k, column in enumerate(columns):
         top = 1 if grouped and column.group else 0
         if top and (k == 0 or columns[k - 1].group != column.group):
-            width = 0
-            for c in columns[k:]:
-                if c.group != column.group:
-                    break
-                width += 2 if c.paired else 1
+            width = sum(1 for _ in _run(columns[k:], column.group))
             rows[0].append(f'<th colspan="{width}" class="group">{html.escape(column.group)}</th>')
-        span = depth - top - (1 if column.paired else 0)
-        attrs = ' colspan="2"' if column.paired else ""
-        attrs += f' rowspan="{span}"' if span > 1 else ""
-        rows[top].append(f"<th{attrs}>{html.escape(column.heading)}</th>")
-        if column.paired:
-            rows[depth - 1] += ['<th class="ours">ours</th>', '<th class="paper">paper</th>']
+        span = depth - top
+        attrs = f' rowspan="{span}"' if span > 1 else ""
+        kind = "value" if column.text is None else "text"
+        rows[top].append(f'<th class="{kind}"{attrs}>{html.escape(column.heading)}</th>')
     return "<thead>" + "".join(f"<tr>{''.join(r)}</tr>" for r in rows if r) + "</thead>"
+
+
+def _run(columns: list[Column], group: str):
+    """The leading columns of ``columns`` in ``group``."""
+    for column in columns:
+        if column.group != group:
+            return
+        yield column
 
 
 def _cells(row: pd.Series, column: Column) -> str:
@@ -247,19 +262,19 @@ def _cells(row: pd.Series, column: Column) -> str:
         else:
             text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
         return f'<td class="text" data-value="{html.escape(text)}">{html.escape(text)}</td>'
-    cells = []
+    parts = []
     if column.ours is not None:
-        cells.append(f'<td class="ours">{html.escape(ours_text(row, column))}</td>')
+        parts.append(f'<span class="ours">{ours_html(row, column)}</span>')
     if column.paper is not None:
-        cells.append(f'<td class="paper">{html.escape(paper_text(row, column))}</td>')
-    return "".join(cells)
+        parts.append(f'<span class="paper" title="paper">{html.escape(paper_text(row, column))}</span>')
+    return f'<td class="value">{"".join(parts)}</td>'
 
 
 def html_table(frame: pd.DataFrame, columns: list[Column] | None = None, *, label: str = "row",
                flag: str = "beyond_paper", caption: str | None = None) -> str:
     """A ``<table>`` of ``frame``: the ``label`` column first (with † where ``flag`` is true),
     then ``columns`` (default :func:`infer_columns`): ours as "mean ± sd", the paper's number
-    in the cell beside it."""
+    under it in the same cell."""
     columns = infer_columns(frame, label=label, hidden=(flag,)) if columns is None else columns
     has_label = label in frame.columns
     body = []
@@ -273,7 +288,8 @@ def html_table(frame: pd.DataFrame, columns: list[Column] | None = None, *, labe
         body.append(f'<tr class="{"beyond" if beyond else "paper-row"}">{cells}</tr>')
     head = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     head += _header(columns, label="" if has_label else None)
-    return f'<div class="scroll"><table class="results">{head}<tbody>{"".join(body)}</tbody></table></div>'
+    dense = " dense" if len(columns) > 10 else ""  # many columns: a smaller font keeps it in the frame
+    return f'<div class="scroll"><table class="results{dense}">{head}<tbody>{"".join(body)}</tbody></table></div>'
 
 
 def any_beyond(frame: pd.DataFrame, flag: str = "beyond_paper") -> bool:
@@ -344,25 +360,52 @@ def figure(uri: str, caption: str, *, css: str = "figure") -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def table_section(name: str, spec: dict | None, frame: pd.DataFrame) -> str:
-    """One of the paper's tables: its chart of ours against the paper, then the table."""
+def table_section(name: str, spec: dict | None, frame: pd.DataFrame, *,
+                  per_seed: list[pd.DataFrame] | None = None, ours_label: str = "ours") -> str:
+    """One of the paper's tables: its effect chart (each row's difference from its source row,
+    ours beside the paper's; :func:`effect_section`), then the table."""
     if not spec:
         return _section(name, html_table(frame))
-    from pseudopairs.report.charts import chart_svg
-
     title = spec.get("title", name)
-    body = ""
-    metrics = chart_columns(spec, frame)
-    if metrics and not frame.empty:
-        svg = chart_svg(frame, metrics, labels=row_labels(frame))
-        shown = ", ".join(dict.fromkeys(c.heading for c in metrics))
-        body += figure(data_uri(svg.encode("utf-8"), "image/svg+xml"),
-                       f"{title.split(':')[0]}, {shown} per row: ours (blue: mean, ± sd over seeds) "
-                       "against the paper's published number (grey).", css="chart")
+    body = effect_section(name, spec, frame, per_seed=per_seed, ours_label=ours_label)
     body += html_table(frame, table_columns(spec, frame))
     if any_beyond(frame):
         body += f'<p class="note">{html.escape(BEYOND_NOTE)}</p>'
     return _section(title, body)
+
+
+def effect_section(name: str, spec: dict, frame: pd.DataFrame, *, per_seed: list[pd.DataFrame] | None,
+                   ours_label: str = "ours") -> str:
+    """The effect chart of a table (SVG) with its data as JSON (``<script type="application/json"
+    class="effects">``: the records of :func:`pseudopairs.report.effects.table_effects`). Without
+    the per-seed metrics (``per_seed`` None) ours is the difference of the means, with no sd."""
+    from pseudopairs.report.charts import effect_chart_svg
+    from pseudopairs.report.effects import table_effects
+
+    metrics = chart_columns(spec, frame)
+    if not metrics or frame.empty or not spec.get("rows"):
+        return ""
+    effects = table_effects(spec, frame, metrics, per_seed if per_seed else [frame])
+    if not effects:
+        return ""
+    names = row_labels(frame)
+    sources = {e["source"] for e in effects}
+    labels = {e["row_index"]: names[e["row_index"]] + ("" if len(sources) == 1 else f"  (vs {e['source']})")
+              for e in effects}
+    svg = effect_chart_svg(effects, labels=labels, ours_label=ours_label)
+    against = f"its difference from {next(iter(sources))}" if len(sources) == 1 else (
+        "its difference from its source row (vs …)")
+    spread = ("mean ± sd over seeds of the per-seed difference" if per_seed else
+              "difference of the means; no per-seed metrics, no sd")
+    caption = (f"{spec.get('title', name).split(':')[0]}, each row: {against}; {ours_label} ({spread}; "
+               "blue dot) beside the paper's (grey diamond), each world against itself on an axis "
+               "centred on no change. A row's source: the model that mined its pseudopairs or that it "
+               "was fine-tuned from, else the weaker side of a method-check effect, else the table's "
+               "first row.")
+    data = json.dumps([{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in e.items()}
+                       for e in effects], ensure_ascii=False).replace("</", "<\\/")
+    return (figure(data_uri(svg.encode("utf-8"), "image/svg+xml"), caption, css="chart effects")
+            + f'<script type="application/json" class="effects" data-table="{html.escape(name)}">{data}</script>')
 
 
 def row_labels(frame: pd.DataFrame, *, label: str = "row", flag: str = "beyond_paper") -> list[str]:
@@ -428,37 +471,43 @@ def image_section(caption: str, path: str | Path) -> str:
 
 
 STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI","DejaVu Sans",sans-serif;margin:1.5em 2em;color:#1f2933;
+body{font-family:system-ui,-apple-system,"Segoe UI","DejaVu Sans",sans-serif;margin:1.2em 1.4em;color:#1f2933;
   line-height:1.4;max-width:90em}
 h1{font-size:1.5em;margin:0 0 .3em}h2{font-size:1.2em;margin:1.8em 0 .5em;border-bottom:1px solid #d5dbe1;
   padding-bottom:.2em}h3{font-size:1em}
 p.legend,p.note{color:#52606d;font-size:.9em;margin:.3em 0}p.run{background:#fff8e1;border-left:4px solid #f0b429;
   padding:.4em .8em;font-size:.9em}
 nav ul{columns:2;column-gap:3em;font-size:.9em;padding-left:1.2em}
-.scroll{overflow-x:auto}
-table.results{border-collapse:collapse;font-size:.86em;font-variant-numeric:tabular-nums;margin:.5em 0}
-table.results th,table.results td{padding:.25em .6em;border-bottom:1px solid #e4e7eb;white-space:nowrap}
-table.results thead th{background:#f0f4f8;text-align:center;border-bottom:1px solid #bcccdc}
+.scroll{overflow-x:auto;max-width:100%}
+table.results{border-collapse:collapse;font-size:.8em;font-variant-numeric:tabular-nums;margin:.5em 0;max-width:100%}
+table.results th,table.results td{padding:.2em .45em;border-bottom:1px solid #e4e7eb;vertical-align:top}
+table.results thead th{background:#f0f4f8;text-align:center;border-bottom:1px solid #bcccdc;vertical-align:bottom;
+  font-weight:600}
 table.results th.group{border-bottom:1px solid #9fb3c8}
-table.results th.label{text-align:left;font-weight:600}
-table.results td.ours{text-align:right;font-weight:600;color:#102a43}
-table.results td.paper{text-align:right;color:#7b8794;font-style:italic;border-right:1px solid #e4e7eb}
-table.results thead th.paper{color:#7b8794;font-style:italic;font-weight:normal}
-table.results thead th.ours{font-weight:normal}
-table.results td.text{text-align:left}
+table.results th.label{text-align:left;font-weight:600;overflow-wrap:anywhere;min-width:6em}
+table.results td.value{text-align:right;border-right:1px solid #eef1f4}
+table.results td.value .ours{display:block;font-weight:600;color:#102a43}
+table.results td.value .paper{display:block;color:#7b8794;font-style:italic;font-size:.92em}
+table.results .m,table.results .sd{white-space:nowrap}
+table.results .sd{font-weight:normal;color:#334e68}
+table.results td.text{text-align:left;overflow-wrap:anywhere}
 table.results td.text[data-value="yes"]{color:#0e7c3a;font-weight:600}
 table.results td.text[data-value="no"]{color:#b42318;font-weight:600}
+table.results.dense{font-size:.7em}table.results.dense th,table.results.dense td{padding:.2em .3em}
 table.results tr.beyond{background:#f5f7ff}
 table.results tr:hover{background:#fffbea}
 .dagger{color:#3e4c9b;font-weight:bold}
 figure{margin:.8em 0}figure img{max-width:100%;height:auto;border:1px solid #eef1f4}
 figure.chart img{border:none}
-figcaption{font-size:.85em;color:#52606d}
+figcaption{font-size:.85em;color:#52606d;max-width:60em}
 """
 
 
 def page(title: str, sections: list[str], *, note: str = "", contents: bool = False) -> str:
-    """A complete HTML document (no external resource: styles inline, images as data URIs)."""
+    """A complete HTML document (no external resource: styles inline, images as data URIs). The
+    title is shown once: a single section headed like the page loses its own heading."""
+    if len(sections) == 1:
+        sections = [sections[0].replace(f"<h2>{html.escape(title)}</h2>", "", 1)]
     toc = ""
     if contents and len(sections) > 1:
         items = re.findall(r'<section id="([^"]+)"><h2>(.*?)</h2>', "".join(sections))
@@ -478,13 +527,30 @@ def _read(path) -> pd.DataFrame:
         return pd.read_csv(path, keep_default_na=False, na_values=[""])
 
 
+def per_seed_tables(spec: dict | None) -> list[pd.DataFrame] | None:
+    """The table of each seed (:func:`pseudopairs.report.effects.seed_frames`) from the metrics
+    files its spec names (``metrics``: experiment → seed → path, as the ``table`` step gets them,
+    or ``seeds`` and ``metrics_pattern``: :func:`pseudopairs.report.effects.page_spec`); None for a
+    spec without them."""
+    if not spec or not (spec.get("metrics") or spec.get("metrics_pattern")):
+        return None
+    from pseudopairs.report.effects import metrics_files, seed_frames
+    from pseudopairs.report.tables import load_metrics
+
+    return seed_frames(spec, load_metrics({**spec, "metrics": metrics_files(spec)}))
+
+
 def build_page(*, title: str | None, specs: dict, tables: list[str], csvs: list[tuple[str, str]],
-               pseudopair_stats: str | None, images: list[tuple[str, str]], note: str = "") -> str:
+               pseudopair_stats: str | None, images: list[tuple[str, str]], note: str = "",
+               ours_label: str = "ours") -> str:
     """The page ``report-page`` writes: the tables (name = the CSV's stem, its config entry in
-    ``specs``), the other CSVs, the §7.2 statistics, then the images, in that order."""
+    ``specs``, with ``sources`` and ``metrics`` for the effect chart), the other CSVs, the §7.2
+    statistics, then the images, in that order."""
     from pseudopairs.report.pages import PSEUDOPAIR_STATS_TITLE
 
-    sections = [table_section(Path(path).stem, specs.get(Path(path).stem), _read(path)) for path in tables]
+    sections = [table_section(Path(path).stem, specs.get(Path(path).stem), _read(path),
+                              per_seed=per_seed_tables(specs.get(Path(path).stem)), ours_label=ours_label)
+                for path in tables]
     sections += [csv_section(caption, _read(path)) for caption, path in csvs]
     if pseudopair_stats:
         sections.append(pseudopair_stats_section(_read(pseudopair_stats), PSEUDOPAIR_STATS_TITLE))
@@ -500,7 +566,7 @@ def _cli_page(args: argparse.Namespace) -> None:
         raise ValueError("report-page: nothing to show (give --table, --csv, --pseudopair-stats or --image)")
     text = build_page(title=args.title, specs=args.specs, tables=args.table,
                       csvs=[tuple(c) for c in args.csv], pseudopair_stats=args.pseudopair_stats,
-                      images=[tuple(i) for i in args.image], note=args.note)
+                      images=[tuple(i) for i in args.image], note=args.note, ours_label=args.ours_label)
     write_text_atomic(args.output, text)
     print(f"{args.output}: {text.count('<table')} tables, {text.count('<img')} images, {len(text)} characters")
 
@@ -518,3 +584,5 @@ def register_cli(subparsers) -> None:
     p.add_argument("--image", nargs=2, action="append", default=[], metavar=("CAPTION", "PNG"),
                    help="a figure to embed")
     p.add_argument("--note", default="", help="a sentence about this run, shown under the title")
+    p.add_argument("--ours-label", default="ours", help="our numbers' name in the effect charts "
+                   "(e.g. 'ours (demo world)')")
