@@ -59,14 +59,18 @@ def synthetic_run(root: Path) -> Path:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     subprocess.run([*snakemake, "--cores", "2", "--allowed-rules", "table", "report_table", "method_check",
                     "report_method_check", "--", *targets], check=True, env=env)
-    with contextlib.chdir(root):  # the page reads the metrics where the workflow put them
+    note = "Synthetic metrics (tests/report_fixture.py), seeds 1, 2, 3: a picture of the report, not results."
+    specs = {name: page_spec(config, name) for name in config["tables"]}
+    with contextlib.chdir(root):  # the pages read the metrics where the workflow put them
         text = report_html.build_page(
-            title=pages.RESULTS_TITLE, specs={name: page_spec(config, name) for name in config["tables"]},
-            tables=[f"results/{name}.csv" for name in config["tables"]],
+            title=pages.RESULTS_TITLE, specs=specs, tables=[f"results/{name}.csv" for name in config["tables"]],
             csvs=[(pages.METHOD_CHECK_TITLE, "results/method_check.csv")], pseudopair_stats=None, images=[],
-            ours_label="ours (demo world)",
-            note="Synthetic metrics (tests/report_fixture.py), seeds 1, 2, 3: a picture of the report, not results.")
-    (root / pages.page(pages.RESULTS)).write_text(text, encoding="utf-8")
+            ours_label="ours (demo world)", note=note)
+        (root / pages.page(pages.RESULTS)).write_text(text, encoding="utf-8")
+        for name in config["tables"]:  # each table's page again, saying the metrics are synthetic
+            text = report_html.build_page(title=None, specs=specs, tables=[f"results/{name}.csv"], csvs=[],
+                                          pseudopair_stats=None, images=[], ours_label="ours (demo world)", note=note)
+            (root / pages.page(name)).write_text(text, encoding="utf-8")
     subprocess.run([*snakemake, "--report", str(root / "report.html")], check=True, env=env)
     print(json.dumps({"synthetic run": str(root)}))
     return root / "report.html"
