@@ -172,6 +172,12 @@ def training_settings(config: dict, name: str) -> dict[str, Any]:
     return {**config["training"], **experiment(config, name).get("training", {}), **config["model"]}
 
 
+def job_settings(config: dict, name: str) -> dict[str, Any]:
+    """:func:`training_settings` as a training job receives them: without ``stack``, which only
+    groups seeds into jobs (so regrouping them reruns no job whose block is unchanged)."""
+    return {k: v for k, v in training_settings(config, name).items() if k != "stack"}
+
+
 def corpus_langs(config: dict, corpus: str) -> set[str]:
     """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them)."""
     return {ds["lang"] for ds in config["datasets"].values() if ds["corpus"] == corpus}
@@ -237,6 +243,66 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
     if "path" in spec["vocab"]:
         files.add(spec["vocab"]["path"])
     return sorted(files)
+
+
+def training_seeds(config: dict) -> list[int]:
+    """Every seed the config trains models with: its ``seeds`` and every table's, ascending."""
+    seeds = set(config["seeds"])
+    for table in config.get("tables", {}):
+        seeds.update(table_seeds(config, table))
+    return sorted(seeds)
+
+
+def seed_block(seed: int, sizes: list[int]) -> int:
+    """The index of the seed block holding ``seed`` (``training.stack``: the sizes of consecutive
+    blocks from seed 1, the last size repeating); a seed below 1 is a block of its own (< 0)."""
+    if seed < 1:
+        return seed - 1
+    start = 1
+    for index, size in enumerate(sizes):
+        if seed < start + size:
+            return index
+        start += size
+    return len(sizes) + (seed - start) // sizes[-1]
+
+
+def seed_blocks(config: dict, name: str) -> list[list[int]]:
+    """The seed blocks experiment ``name``'s models are trained in, one job each: the config's
+    training seeds (:func:`training_seeds`) grouped by ``training.stack`` (the experiment's own,
+    else the config's). A block's seeds are fixed by the seed numbers, so adding a seed in a new
+    block changes no other block's job."""
+    sizes = list(training_settings(config, name).get("stack") or [1])
+    blocks: dict[int, list[int]] = {}
+    for seed in training_seeds(config):
+        blocks.setdefault(seed_block(seed, sizes), []).append(seed)
+    return list(blocks.values())
+
+
+def stacks(config: dict) -> list[tuple[str, list[int]]]:
+    """Every (experiment, seeds) block of two or more seeds: one ``train-stack`` job each (a
+    block of one seed is an ordinary ``train`` job)."""
+    return [(name, seeds) for name in config["experiments"] for seeds in seed_blocks(config, name)
+            if len(seeds) > 1]
+
+
+def stack_of(config: dict, name: str, seed: int) -> list[int] | None:
+    """The seeds of the stack that trains (``name``, ``seed``), or None (a job of its own)."""
+    if name not in config["experiments"] or seed not in training_seeds(config):
+        return None
+    for seeds in seed_blocks(config, name):
+        if seed in seeds:
+            return seeds if len(seeds) > 1 else None
+    return None
+
+
+def stack_spec(config: dict, name: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """The ``train-stack`` step's models: each seed's training spec and model directory."""
+    return [{"seed": seed, "spec": training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
+            for seed in seeds]
+
+
+def stack_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
+    return sorted({path for seed in seeds for path in training_inputs(config, name, seed)})
 
 
 def portion_langs(config: dict, name: str | None = None) -> list[str]:

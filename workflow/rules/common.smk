@@ -157,7 +157,57 @@ def training_spec(wildcards):
 
 
 def training_settings(wildcards):
-    return as_json(ex.training_settings(config, wildcards.experiment))
+    return as_json(ex.job_settings(config, wildcards.experiment))
+
+
+def stack_rules():
+    """(rule name, experiment, seeds) of every train-stack job: the seed blocks of two or more
+    seeds (config training.stack; pseudopairs.experiments.seed_blocks). Their rules have no
+    wildcards, so Snakemake prefers them to rule train for those models."""
+    named = {}
+    for name, seeds in ex.stacks(config):
+        rule_name = f"train_stack_{re.sub('[^A-Za-z0-9_]', '_', name)}_seeds{seeds[0]}_{seeds[-1]}"
+        if rule_name in named:
+            raise ValueError(
+                f"experiments {named[rule_name][0]!r} and {name!r} give one rule name {rule_name}"
+            )
+        named[rule_name] = (name, seeds)
+    return [(rule_name, name, seeds) for rule_name, (name, seeds) in named.items()]
+
+
+def stack_label(name, seeds):
+    return f"{name}.seeds{seeds[0]}-{seeds[-1]}"
+
+
+def stack_outputs(name, seeds):
+    return [
+        path
+        for seed in seeds
+        for path in (
+            layout.checkpoint(name, seed),
+            layout.model_vocabulary(name, seed),
+            layout.train_log(name, seed),
+        )
+    ]
+
+
+def model_group(wildcards):
+    """The group job of a model's training and evaluation: its stack's (one GPU job trains the
+    block and evaluates each of its models), else its own."""
+    seeds = ex.stack_of(config, wildcards.experiment, int(wildcards.seed))
+    if seeds:
+        return f"stack_{stack_label(wildcards.experiment, seeds)}"
+    return f"model_{wildcards.experiment}_seed{wildcards.seed}"
+
+
+def stack_resources(n_models):
+    """train's resources for a job of ``n_models`` models: its runtime × the models (an upper
+    bound: on a GPU a stack of S runs faster than S jobs; docs/benchmarks.md), its memory as one
+    model's (the models share the loaded features)."""
+    resources = job_resources("train", gpu=True, grouped_with=("evaluate",) * n_models)
+    one = resources["runtime"]
+    resources["runtime"] = lambda wildcards, attempt: one(wildcards, attempt) * n_models
+    return resources
 
 
 def evaluation_inputs(wildcards):

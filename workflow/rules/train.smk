@@ -1,5 +1,35 @@
-# One training job per experiment x seed (experiments are declared in the config), then the
-# evaluation of its best checkpoint on the test split.
+# Training: one job per seed block of an experiment (config training.stack: the block's seeds
+# train together, pseudopairs.model.stack_training), or per experiment x seed for a block of one
+# seed and any seed the config does not list; then the evaluation of each model's best checkpoint
+# on the test split.
+
+
+for _rule, _name, _seeds in stack_rules():
+
+    rule:
+        name:
+            _rule
+        input:
+            lambda w, name=_name, seeds=_seeds: ex.stack_inputs(config, name, seeds),
+        output:
+            stack_outputs(_name, _seeds),
+        log:
+            layout.log("train", stack_label(_name, _seeds)),
+        benchmark:
+            layout.benchmark("train", stack_label(_name, _seeds))
+        group:
+            f"stack_{stack_label(_name, _seeds)}"
+        conda:
+            "../../envs/steps.yaml"
+        threads: config["training"]["threads"]
+        resources:
+            **stack_resources(len(_seeds)),
+        params:
+            models=lambda w, name=_name, seeds=_seeds: as_json(ex.stack_spec(config, name, seeds)),
+            settings=lambda w, name=_name: as_json(ex.job_settings(config, name)),
+        shell:
+            "python -m pseudopairs train-stack --models {params.models:q} "
+            "--settings {params.settings:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule train:

@@ -56,6 +56,9 @@ class TrainingSettings(Settings):
                                      "model, batched matrix products), separate (one after the "
                                      "other, each exactly as a job of its own), auto (batched on a "
                                      "GPU, separate on the CPU)")
+    tf32: bool = setting(False, kind=bool,
+                         doc="let float32 matrix products use TF32 on a GPU (faster; measured against "
+                             "the seeds' noise in docs/benchmarks.md)")
     resume_every: int = setting(0, kind=int, low=0,
                                 doc="updates between saves of the resumable state last.pt (at the "
                                     "next validation); 0: at every validation")

@@ -75,6 +75,9 @@ class StackedRankingModel(nn.Module):
         self.image_normalization = shape["image_normalization"]
         self.similarity = shape["similarity"]
         self.nonnegative = SIMILARITIES.get(self.similarity).nonnegative
+        # on a GPU, the GRU step's gates go through PyTorch's fused GRU-cell kernel (the one
+        # nn.GRUCell uses there; the same formula); False: the step written out op by op
+        self.fused_cell = True
         self.vocab_sizes = [m.vocab_size for m in models]
         self.padded_vocab = max(self.vocab_sizes)
         self.weights = nn.ParameterDict()
@@ -138,42 +141,58 @@ class StackedRankingModel(nn.Module):
         x = F.normalize(x, dim=-1)
         return x.abs() if self.nonnegative else x
 
-    def encode_images(self, features: torch.Tensor) -> torch.Tensor:
+    def _of(self, name: str, models: torch.Tensor | None) -> torch.Tensor:
+        """A stacked parameter or buffer, of every model or of the models at ``models``."""
+        value = self.weight(name) if name in PARAMETERS else getattr(self, name)
+        return value if models is None else value.index_select(0, models)
+
+    def encode_images(self, features: torch.Tensor, models: torch.Tensor | None = None) -> torch.Tensor:
         """``(S, B, image_dim)`` stored features → ``(S, B, joint_dim)`` unit rows (as
-        :meth:`RankingModel.encode_images` per model)."""
-        weight = self.weight("image_projection.weight")
+        :meth:`RankingModel.encode_images` per model); ``models``: the positions (a long tensor on
+        the device) of the models whose features these are, when not all."""
+        weight = self._of("image_projection.weight", models)
         features = features.to(device=weight.device, dtype=weight.dtype)
         if self.image_normalization == "l2":
             features = F.normalize(features, dim=-1)
-        features = (features - self.image_mean[:, None, :]) / self.image_scale[:, None, :]
-        projected = torch.baddbmm(self.weight("image_projection.bias")[:, None, :], features,
+        features = (features - self._of("image_mean", models)[:, None, :]) / self._of("image_scale", models)[:, None, :]
+        projected = torch.baddbmm(self._of("image_projection.bias", models)[:, None, :], features,
                                   weight.transpose(1, 2))
         return self._joint(projected)
 
-    def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor,
+                        models: torch.Tensor | None = None) -> torch.Tensor:
         """``(S, R, T)`` padded token ids (each model's own vocabulary) and ``(S, R)`` real lengths
-        (≥ 1) → ``(S, R, joint_dim)`` unit rows: the GRU state after each caption's last token."""
+        (≥ 1) → ``(S, R, joint_dim)`` unit rows: the GRU state after each caption's last token;
+        ``models`` as for :meth:`encode_images`."""
         n_models, rows, steps = tokens.shape
-        embedding = self.weight(EMBEDDING)
+        embedding = self._of(EMBEDDING, models)
         device = embedding.device
         offsets = torch.arange(n_models, device=device).mul_(self.padded_vocab)[:, None, None]
         flat = embedding.reshape(n_models * self.padded_vocab, -1)
         embedded = F.embedding(tokens.to(device) + offsets, flat)             # (S, R, T, E)
-        w_ih, w_hh = self.weight("gru.weight_ih_l0"), self.weight("gru.weight_hh_l0")
-        b_ih, b_hh = self.weight("gru.bias_ih_l0"), self.weight("gru.bias_hh_l0")
+        w_ih, w_hh = self._of("gru.weight_ih_l0", models), self._of("gru.weight_hh_l0", models)
+        b_ih, b_hh = self._of("gru.bias_ih_l0", models), self._of("gru.bias_hh_l0", models)
         gates_in = torch.baddbmm(b_ih[:, None, :], embedded.reshape(n_models, rows * steps, -1),
                                  w_ih.transpose(1, 2)).reshape(n_models, rows, steps, -1)
+        gates_in = gates_in.permute(2, 0, 1, 3).contiguous()                  # (T, S, R, 3H)
         lengths = lengths.to(device)
         hidden = embedded.new_zeros((n_models, rows, self.joint_dim))
         w_hh_t, b_hh = w_hh.transpose(1, 2), b_hh[:, None, :]
+        fused = self.fused_cell and device.type == "cuda"
         for t in range(steps):
             gates_h = torch.baddbmm(b_hh, hidden, w_hh_t)
-            in_r, in_z, in_n = gates_in[:, :, t].chunk(3, dim=-1)
-            h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
-            reset = torch.sigmoid(in_r + h_r)
-            update = torch.sigmoid(in_z + h_z)
-            new = torch.tanh(in_n + reset * h_n)
-            stepped = new + update * (hidden - new)                              # (1−z)·n + z·h
+            if fused:  # PyTorch's own fused GRU-cell kernel (nn.GRUCell's on CUDA): one launch
+                stepped, _ = torch.ops.aten._thnn_fused_gru_cell(
+                    gates_in[t].reshape(n_models * rows, -1), gates_h.reshape(n_models * rows, -1),
+                    hidden.reshape(n_models * rows, -1))
+                stepped = stepped.reshape(n_models, rows, -1)
+            else:
+                in_r, in_z, in_n = gates_in[t].chunk(3, dim=-1)
+                h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
+                reset = torch.sigmoid(in_r + h_r)
+                update = torch.sigmoid(in_z + h_z)
+                new = torch.tanh(in_n + reset * h_n)
+                stepped = new + update * (hidden - new)                          # (1−z)·n + z·h
             hidden = torch.where((lengths > t)[:, :, None], stepped, hidden)
         return self._joint(hidden)
 
@@ -287,85 +306,80 @@ class StackedAdam:
 # One update of a stack
 
 
-def _pad_rows(tokens: list[torch.Tensor], lengths: list[torch.Tensor], rows: int,
-              steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per model, its caption batches one below the other, padded to ``rows`` × ``steps`` (extra
-    rows: one PAD token, length 1 — encoded and never used)."""
+def _padded(tokens: list[torch.Tensor], lengths: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One caption batch per model, padded to one ``(n, rows, steps)`` block (extra rows: one PAD
+    token, length 1 — encoded and never used)."""
+    rows = max(t.shape[0] for t in tokens)
+    steps = max(int(torch.as_tensor(x).max()) for x in lengths)
     out = torch.full((len(tokens), rows, steps), PAD_ID, dtype=torch.int64)
     out_lengths = torch.ones((len(tokens), rows), dtype=torch.int64)
     for s, (tok, length) in enumerate(zip(tokens, lengths)):
-        out[s, :tok.shape[0], :tok.shape[1]] = tok
-        out_lengths[s, :tok.shape[0]] = length
+        width = min(tok.shape[1], steps)
+        out[s, :tok.shape[0], :width] = tok[:, :width]
+        out_lengths[s, :tok.shape[0]] = torch.as_tensor(length)
     return out, out_lengths
-
-
-def _captions_of(batch: C2IBatch | C2CBatch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    if isinstance(batch, C2IBatch):
-        return [batch.tokens], [batch.lengths]
-    return [batch.tokens_a, batch.tokens_b], [batch.lengths_a, batch.lengths_b]
 
 
 def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
                    batches: Sequence[C2IBatch | C2CBatch], *, margin: float, max_violation: bool,
                    grad_clip: float, similarity: str = "cosine") -> torch.Tensor:
     """One update of each model of ``stack`` on its own batch (``batches[s]``, on the CPU; c2i or
-    c2c, drawn by that model's trainer). Returns the ``(S,)`` detached losses (not synchronised)."""
+    c2c, drawn by that model's trainer). Returns the ``(S,)`` detached losses (not synchronised).
+
+    Two GRU passes: the caption side every model has (a c2i batch's captions, a c2c batch's
+    second captions) for all models, then the first captions of the c2c models only; the images
+    of the c2i models through their image layers."""
     if len(batches) != len(stack):
         raise ValueError(f"stacked_update: {len(batches)} batches for {len(stack)} models")
     device = stack.device
     non_blocking = device.type == "cuda"
     is_c2i = [isinstance(b, C2IBatch) for b in batches]
     sizes = [int((b.tokens if c else b.tokens_a).shape[0]) for b, c in zip(batches, is_c2i)]
-    # every caption batch of every model through one GRU pass
-    tokens, lengths, counts = [], [], []
-    for batch in batches:
-        tok, length = _captions_of(batch)
-        tokens.append(torch.cat([torch.nn.functional.pad(t, (0, max(x.shape[1] for x in tok) - t.shape[1]),
-                                                         value=PAD_ID) for t in tok]))
-        lengths.append(torch.cat([torch.as_tensor(x, dtype=torch.int64) for x in length]))
-        counts.append(len(tok))
-    rows = max(t.shape[0] for t in tokens)
-    steps = max(int(x.max()) for x in lengths)
-    tokens, lengths = _pad_rows([t[:, :steps] for t in tokens], lengths, rows, steps)
-    captions = stack.encode_captions(tokens.to(device, non_blocking=non_blocking), lengths)
-    images = None
-    if any(is_c2i):
-        width = max(b.features.shape[0] for b, c in zip(batches, is_c2i) if c)
-        dim = next(b.features.shape[1] for b, c in zip(batches, is_c2i) if c)
-        dtype = next(b.features.dtype for b, c in zip(batches, is_c2i) if c)
-        features = torch.zeros((len(batches), width, dim), dtype=dtype)
-        for s, (batch, c2i) in enumerate(zip(batches, is_c2i)):
-            if c2i:
-                features[s, :batch.features.shape[0]] = batch.features
-        images = stack.encode_images(features.to(device, non_blocking=non_blocking))
-    c2i_mask = torch.tensor(is_c2i).to(device, non_blocking=non_blocking)
-    uniform = len(set(sizes)) == 1 and similarity == "cosine" and caption_similarity(similarity) == "cosine"
-    if uniform:
+    c2i_at = [s for s, c in enumerate(is_c2i) if c]
+    c2c_at = [s for s, c in enumerate(is_c2i) if not c]
+
+    def on_device(x: torch.Tensor) -> torch.Tensor:
+        return x.to(device, non_blocking=non_blocking)
+
+    tokens, lengths = _padded([b.tokens if c else b.tokens_b for b, c in zip(batches, is_c2i)],
+                              [b.lengths if c else b.lengths_b for b, c in zip(batches, is_c2i)])
+    b_side = stack.encode_captions(on_device(tokens), lengths)
+    parts = []
+    if c2i_at:
+        width = max(sizes[s] for s in c2i_at)
+        first = batches[c2i_at[0]].features
+        features = torch.zeros((len(c2i_at), width, first.shape[1]), dtype=first.dtype)
+        for k, s in enumerate(c2i_at):
+            features[k, :sizes[s]] = batches[s].features
+        parts.append(stack.encode_images(on_device(features), on_device(torch.tensor(c2i_at))))
+    if c2c_at:
+        tokens, lengths = _padded([batches[s].tokens_a for s in c2c_at],
+                                  [batches[s].lengths_a for s in c2c_at])
+        parts.append(stack.encode_captions(on_device(tokens), lengths, on_device(torch.tensor(c2c_at))))
+    rows = max(p.shape[1] for p in parts + [b_side])
+    parts = [p if p.shape[1] == rows else F.pad(p, (0, 0, 0, rows - p.shape[1])) for p in parts]
+    b_side = b_side if b_side.shape[1] == rows else F.pad(b_side, (0, 0, 0, rows - b_side.shape[1]))
+    a_side = torch.cat(parts) if len(parts) > 1 else parts[0]
+    if c2i_at and c2c_at:  # back into the models' order
+        order = torch.as_tensor(c2i_at + c2c_at)
+        a_side = a_side.index_select(0, on_device(torch.argsort(order)))
+    c2i_mask = on_device(torch.tensor(is_c2i))
+    if len(set(sizes)) == 1 and similarity == "cosine" and caption_similarity(similarity) == "cosine":
         size = sizes[0]
-        mask = c2i_mask[:, None, None]
-        first = captions[:, :size]
-        a = first if images is None else torch.where(mask, images[:, :size], first)
-        b = captions[:, size:2 * size] if rows >= 2 * size else first
-        if rows >= 2 * size:
-            b = torch.where(mask, first, b)
-        losses = stacked_contrastive_loss(a, b, margin=margin, max_violation=max_violation)
+        losses = stacked_contrastive_loss(a_side[:, :size], b_side[:, :size], margin=margin,
+                                          max_violation=max_violation)
     else:  # ragged batch sizes or another similarity: each model's loss on its own
-        per_model = []
-        for s, (c2i, size) in enumerate(zip(is_c2i, sizes)):
-            if c2i:
-                a, b, sim = images[s, :size], captions[s, :size], similarity
-            else:
-                a, b, sim = captions[s, :size], captions[s, size:2 * size], caption_similarity(similarity)
-            per_model.append(contrastive_loss(a, b, margin=margin, max_violation=max_violation,
-                                              similarity=sim))
-        losses = torch.stack(per_model)
+        losses = torch.stack([
+            contrastive_loss(a_side[s, :size], b_side[s, :size], margin=margin, max_violation=max_violation,
+                             similarity=similarity if c2i else caption_similarity(similarity))
+            for s, (c2i, size) in enumerate(zip(is_c2i, sizes))])
     optimizer.zero_grad()
     losses.sum().backward()
     params = optimizer.params
     embedding = stack.weight(EMBEDDING)
     if embedding.grad is not None:  # the PAD row learns nothing (nn.Embedding's padding_idx)
         embedding.grad[:, PAD_ID] = 0
-    # a c2c update has no image term: its image gradient is zero, and Adam must not step it
+    # a c2c update has no image term: no image gradient, and Adam must not step the image layer
     image_mask = c2i_mask
     if grad_clip > 0:
         norms = torch.zeros(len(stack), dtype=params[0].dtype, device=device)

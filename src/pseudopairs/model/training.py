@@ -235,6 +235,9 @@ class _Run:
         if settings["threads"] > 0:
             torch.set_num_threads(settings["threads"])
         device = torch.device(resolve_device(settings["device"], key="training.device"))
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = settings["tf32"]
+            torch.backends.cudnn.allow_tf32 = settings["tf32"]
         self.vocab = vocab = run_vocabulary(spec)
         c2i, c2c, self.val_sets, image_dim = load_data(spec, vocab, feature_cache=feature_cache)
         if c2c and settings["c2c_probability"] == 0 and settings["objective"] == "sampled":
