@@ -58,6 +58,23 @@ def by_rule(jobs: list[dict]) -> dict[str, list[dict]]:
     return rules
 
 
+def training_jobs(jobs: list[dict]) -> list[dict]:
+    """The jobs that train models: rule train (one model) and the train_stack_* rules (a seed
+    block of an experiment each)."""
+    return [job for job in jobs if job["rule"] == "train" or job["rule"].startswith("train_stack_")]
+
+
+def evaluation_jobs(jobs: list[dict]) -> list[dict]:
+    """The jobs that evaluate models: rule evaluate (one model), evaluate_stack_* (a stack's)."""
+    return [job for job in jobs if job["rule"] == "evaluate" or job["rule"].startswith("evaluate_stack_")]
+
+
+def stack_size(job: dict) -> int:
+    """The seeds of a train_stack_* / evaluate_stack_* job, from its rule name (seeds a-b)."""
+    first, last = re.search(r"_seeds(\d+)_(\d+)$", job["rule"]).groups()
+    return int(last) - int(first) + 1
+
+
 def site_file(tmp_path: Path, extra: str = "") -> Path:
     """A site file over config/paper.yaml: the Flickr30K folder (checked when jobs need it)."""
     flickr = tmp_path / "flickr30k"
@@ -80,7 +97,7 @@ def paper_slurm_dry_run(tmp_path_factory) -> str:
     tmp_path = tmp_path_factory.mktemp("paper_slurm")
     result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
                            "--configfile", str(PAPER), str(site_file(tmp_path, SITE_SLURM)),
-                           "--set-resources", "train:mem_mb=64000")
+                           "--set-resources", "mine:mem_mb=24000")
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -96,42 +113,55 @@ def paper_models() -> int:
 
 def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_dry_run):
     """The site's resources.slurm places every job (GPU jobs in the GPU partition), and a
-    --set-resources for one resource of one rule changes that resource only."""
-    rules = by_rule(dry_run_jobs(paper_slurm_dry_run))
-    assert len(rules["train"]) == paper_models() >= 45 * 3
-    for job in rules["train"]:
+    --set-resources for one resource of one rule changes that resource only. Models train in
+    stacks (config/paper.yaml training.stack [3, 7]): per seed block of an experiment one
+    training job and one evaluation job, asking train's and evaluate's memory and their
+    walltimes per model."""
+    jobs = dry_run_jobs(paper_slurm_dry_run)
+    rules = by_rule(jobs)
+    stacks, evaluations = training_jobs(jobs), evaluation_jobs(jobs)
+    assert "train" not in rules and "evaluate" not in rules   # every model is in a block of 3 or 7
+    assert sorted({stack_size(job) for job in stacks}) == [3, 7]
+    assert sum(stack_size(job) for job in stacks) == sum(stack_size(job) for job in evaluations) \
+        == paper_models() >= 45 * 3
+    for job in stacks:
         assert (job["slurm_partition"], job["slurm_account"], job["gpu"], job["mem_mb"], job["runtime"],
-                job["threads"]) == ("gpu", "proj123", "1", "64000", "120", 4)
-    for rule in ("evaluate", "features", "mine", "translate"):
-        for job in rules[rule]:
+                job["threads"]) == ("gpu", "proj123", "1", "32000", str(25 * stack_size(job)), 4)
+    for job in evaluations:
+        assert (job["mem_mb"], job["runtime"]) == ("16000", str(8 * stack_size(job)))
+    for rule in ("features", "mine", "translate"):
+        for job in rules[rule] + evaluations:
             assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "proj123", "1"), job
-    assert {job["mem_mb"] for job in rules["evaluate"]} == {"16000"}   # not train's 64000
+    assert {job["mem_mb"] for job in rules["mine"]} == {"24000"}   # set for mine only
     for rule in ("download_multi30k", "prepare_captions", "read_coco", "convert_mt", "table"):
         for job in rules[rule]:
             assert "gpu" not in job and (job["slurm_partition"], job["slurm_account"]) == ("cpu", "proj123")
     # optional placement keys are unset in config/paper.yaml, so they are not asked for at all
-    assert not {"qos", "constraint", "gpu_model", "gres", "slurm_extra"} & {k for job in rules["train"] for k in job}
+    assert not {"qos", "constraint", "gpu_model", "gres", "slurm_extra"} & {k for job in stacks for k in job}
 
 
-def test_train_and_evaluate_of_a_model_are_one_group_job(paper_slurm_dry_run):
-    """Each evaluation runs in its training job's allocation: one group job per model (experiment
-    x seed) holding exactly its train and evaluate, so no evaluate job queues for a GPU alone."""
+def test_a_stack_and_its_evaluations_are_one_group_job(paper_slurm_dry_run):
+    """Each evaluation runs in its training job's allocation: one group job per stack (an
+    experiment's seed block) holding its train-stack job and its evaluate-stack job (the
+    models' evaluations one after the other), so SLURM gets one GPU job per stack and no
+    evaluation queues for a GPU alone."""
     jobs = dry_run_jobs(paper_slurm_dry_run)
     groups: dict[str, list[dict]] = {}
     for job in jobs:
         if job["group"]:
             groups.setdefault(job["group"], []).append(job)
-    assert len(groups) == paper_models()
+    stacks = training_jobs(jobs)
+    assert len(groups) == len(stacks) < paper_models()
     for name, members in groups.items():
-        assert sorted(j["rule"] for j in members) == ["evaluate", "train"], name
-        assert len({j["wildcards"] for j in members}) == 1, name           # the same model
+        rules = sorted(j["rule"] for j in members)
+        assert len(rules) == 2 and rules[0].replace("evaluate_stack_", "train_stack_") == rules[1], name
         assert len({j["slurm_partition"] for j in members}) == 1
-    assert all(job["group"] for job in jobs if job["rule"] in ("train", "evaluate"))
-    # what is submitted to a GPU: one group job per model, the feature, mining and translation jobs
+    assert all(job["group"] for job in stacks + evaluation_jobs(jobs))
+    # what is submitted to a GPU: one group job per stack, the feature, mining and translation jobs
     gpu_submissions = len(groups) + sum(1 for job in jobs if job["rule"] in ("features", "mine", "translate"))
     mines = sum(1 for job in jobs if job["rule"] == "mine")
     assert mines >= 14 * 3   # the 14 pseudopair sets of Tables 4-5 x 3 seeds (+ any further sets)
-    assert gpu_submissions == paper_models() + 4 + mines + 1   # + 4 feature jobs + 1 translation
+    assert gpu_submissions == len(stacks) + 4 + mines + 1   # + 4 feature jobs + 1 translation
 
 
 def test_site_placement_keys_reach_the_jobs(tmp_path):
@@ -152,6 +182,9 @@ resources:
                            "results/table1.csv", "--configfile", str(PAPER), str(site))
     assert result.returncode == 0, result.stderr[-3000:]
     rules = by_rule(dry_run_jobs(result.stdout))
+    rules["train"] = training_jobs(dry_run_jobs(result.stdout))   # stacks take train's placement
+    rules["evaluate"] = evaluation_jobs(dry_run_jobs(result.stdout))
+    assert rules["train"] and rules["evaluate"]
     for rule, partition in (("train", "gpu-long"), ("evaluate", "gpu-long"), ("features", "gpu-io")):
         for job in rules[rule]:
             assert (job["slurm_partition"], job["qos"], job["constraint"], job["gpu_model"], job["gpu"],
@@ -207,38 +240,47 @@ def test_memory_grows_with_each_attempt_and_walltime_up_to_the_sites_cap(tmp_pat
     with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
         model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
-        asked = {}
+        block = Wildcards(fromdict={})
+        asked, stacked = {}, {}
         for attempt in (1, 2, 3, 4):
             train = rules["train"].expand_resources(model, InputFiles(), attempt)
             evaluate = rules["evaluate"].expand_resources(model, InputFiles(), attempt)
             assert (train["mem_mb"], train["gpu"], evaluate["mem_mb"]) == (32000 * attempt, 1, 16000 * attempt)
             asked[attempt] = (train["runtime"], evaluate["runtime"])
+            train = rules["train_stack_de_seeds4_10"].expand_resources(block, InputFiles(), attempt)
+            evaluate = rules["evaluate_stack_de_seeds4_10"].expand_resources(block, InputFiles(), attempt)
+            assert (train["mem_mb"], train["gpu"], evaluate["mem_mb"]) == (32000 * attempt, 1, 16000 * attempt)
+            stacked[attempt] = (train["runtime"], evaluate["runtime"])
             table = rules["table"].expand_resources(Wildcards(fromdict={"table": "table1"}), InputFiles(), attempt)
             assert (table["mem_mb"], table["runtime"]) == (4000 * attempt, min(60 * attempt, 360))
-        # 120 + 20 minutes first; doubled on the retry; the 3rd and later attempts (3 x 140 = 420)
-        # capped at 360 in all: 360 x 120/140 and 360 x 20/140, rounded down
-        assert asked == {1: (120, 20), 2: (240, 40), 3: (308, 51), 4: (308, 51)}
+        # one model alone (a seed outside the config's blocks): 25 + 8 minutes x attempt, under the cap
+        assert asked == {1: (25, 8), 2: (50, 16), 3: (75, 24), 4: (100, 32)}
+        # a stack of 7 (seeds 4-10): 7 x (25 + 8) = 231 first; the retry (462) capped at 360 in
+        # all: 360 x 25/33 and 360 x 8/33, rounded down
+        assert stacked == {1: (175, 56), 2: (272, 87), 3: (272, 87), 4: (272, 87)}
     site = site_file(tmp_path, "resources: {runtime_cap: null}\n")
     with parsed_workflow(tmp_path, [PAPER, site]) as workflow:   # null: no cap, x attempt
         rules = {rule.name: rule for rule in workflow.rules}
-        assert rules["train"].expand_resources(model, InputFiles(), 5)["runtime"] == 600
+        assert rules["train"].expand_resources(model, InputFiles(), 5)["runtime"] == 125
+        assert rules["train_stack_de_seeds4_10"].expand_resources(block, InputFiles(), 5)["runtime"] == 875
 
 
 def test_a_train_and_evaluate_job_asks_at_most_240_minutes_first(paper_slurm_dry_run):
-    """Every model group job of the paper plan (rule all) asks SLURM for at most 4 h on its first
-    attempt (issue 24: it asked 1,470 min, which partitions capped at 24 h refuse)."""
+    """Every training group job of the paper plan (rule all) asks SLURM for at most 4 h on its
+    first attempt (it asked 1,470 min per model, which partitions capped at 24 h refuse): a stack
+    of S models asks S x (train 25 + evaluate 8) minutes, 99 for 3 and 231 for 7."""
     groups: dict[str, int] = {}
     for job in dry_run_jobs(paper_slurm_dry_run):
         if job["group"]:
             groups[job["group"]] = groups.get(job["group"], 0) + int(job["runtime"])
-    assert len(groups) == paper_models() and set(groups.values()) == {140}
+    assert set(groups.values()) == {99, 231}
 
 
-def test_a_model_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
-    """The group job of one model, with Snakemake's own group arithmetic (jobs one after the
-    other: walltimes add up, memory/GPUs/cores are the larger), turned into an sbatch call by the
-    SLURM plugin: one GPU, train's memory, both walltimes -- doubled on the retry, then capped
-    at resources.runtime_cap (here a site's 200 min)."""
+def test_a_stack_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
+    """The group job of one stack (seeds 1-3 of an experiment), with Snakemake's own group
+    arithmetic (jobs one after the other: walltimes add up, memory/GPUs/cores are the larger),
+    turned into an sbatch call by the SLURM plugin: one GPU, train's memory, both walltimes --
+    doubled on the retry, then capped at resources.runtime_cap (here a site's 200 min)."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     from types import SimpleNamespace
 
@@ -250,10 +292,12 @@ def test_a_model_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
     site = site_file(tmp_path, "resources: {runtime_cap: 200, slurm: {partition: {gpu: gpu}}}\n")
     with parsed_workflow(tmp_path, [PAPER, site]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
-        model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
-        for attempt, minutes in ((1, 140), (2, 171 + 28), (3, 171 + 28)):
-            layers = [[SimpleNamespace(resources=rules[name].expand_resources(model, InputFiles(), attempt),
-                                       pipe_group=None)] for name in ("train", "evaluate")]
+        block = Wildcards(fromdict={})
+        # 3 x (25 + 8) = 99 first; 198 on the retry; 297 capped at 200: 151 + 48 (rounded down)
+        for attempt, minutes in ((1, 99), (2, 198), (3, 151 + 48)):
+            layers = [[SimpleNamespace(resources=rules[name].expand_resources(block, InputFiles(), attempt),
+                                       pipe_group=None)] for name in ("train_stack_de_seeds1_3",
+                                                                      "evaluate_stack_de_seeds1_3")]
             group = GroupResources.basic_layered(toposorted_jobs=layers, constraints=workflow.global_resources,
                                                  run_local=False, additive_resources=["runtime"],
                                                  sortby=["runtime"])
@@ -347,16 +391,21 @@ def test_config_on_the_command_line_is_typed_by_the_schema():
 
 
 def test_snakemake_config_seeds_on_the_command_line(tmp_path):
-    """config/README.md promises `--config KEY=VALUE`: a list and a nested number work."""
+    """config/README.md promises `--config KEY=VALUE`: a list and a nested number work. With seeds
+    [1] (and paper 004's tables at seeds 1 and 2), Table 1's experiments that only 000's tables
+    show train seed 1 alone (rule train); those 004's tables show too train seeds 1 and 2 in one
+    stack job (training.stack [3]: one block)."""
     result = run_snakemake(tmp_path, "-n", "-p", "--cores", "2", "results/table1.csv",
                            "--config", "seeds=[1]", "training={max_updates: 10}")
     assert result.returncode == 0, result.stderr[-3000:]
     from test_workflow import job_counts
 
     counts = job_counts(result.stdout)
-    assert counts["train"] == 5 and counts["evaluate"] == 5     # 5 experiments x 1 seed
+    stacks = {rule: n for rule, n in counts.items() if rule.startswith("train_stack_")}
+    assert all(rule.endswith("_seeds1_2") for rule in stacks) and counts["train"] + len(stacks) == 5
+    assert counts["evaluate"] == 5 - len(stacks)          # rule evaluate: seed 1 of each model alone
     assert "results/models/en/seed1/checkpoint.pt" in result.stdout
-    assert "seed2" not in result.stdout and '"max_updates":10' in result.stdout
+    assert "seed3" not in result.stdout and '"max_updates":10' in result.stdout
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ COMMANDS: dict[str, Command] = {
     "train": Command("model", "pseudopairs.model.training", "train a ranking model (one experiment, one seed)"),
     "train-stack": Command("model", "pseudopairs.model.stack_training", "train the seeds of one seed block together (one experiment)"),
     "evaluate": Command("evaluation", "pseudopairs.evaluation.step", "test metrics of a model -> metrics.json"),
+    "evaluate-stack": Command("evaluation", "pseudopairs.evaluation.step", "test metrics of each model of a stack job"),
     "score-embeddings": Command("evaluation", "pseudopairs.evaluation.step", "retrieval metrics of stored embeddings"),
     "score-translation": Command("evaluation", "pseudopairs.evaluation.step", "translation retrieval of stored embeddings"),
     "train-mt": Command("translation", "pseudopairs.translation.train", "train an En->De Transformer (OpenNMT-py checkpoint)"),

@@ -51,22 +51,26 @@ def placeholder_errors(config: dict) -> list[str]:
 
 
 def walltime(runtimes: dict[str, int], rule: str, attempt: int, *, cap: int | None = None,
-             grouped_with: Iterable[str] = ()) -> int:
+             grouped_with: Iterable[str] = (), models: int = 1) -> int:
     """Minutes one job of ``rule`` asks for at ``attempt`` (1 = first try): its runtime (per rule,
-    else ``default``) × ``attempt``, capped at ``cap`` (None = no cap). ``grouped_with``: the
-    rules that run in the same group job (their walltimes add up in the submission); once the
-    group's sum × ``attempt`` would pass the cap, each rule gets its share of the cap in
-    proportion to its own runtime (rounded down, so the sum stays within the cap)."""
+    else ``default``) × ``models`` × ``attempt``, capped at ``cap`` (None = no cap).
+    ``grouped_with``: the rules that run in the same group job (their walltimes add up in the
+    submission); once the group's sum × ``attempt`` would pass the cap, each job gets its share of
+    the cap in proportion to its own time (rounded down, so the sum stays within the cap).
+
+    ``models``: the models of this job and of its group job (a stack of S: its training, S models
+    in about S models' time or less, docs/benchmarks.md, and their evaluations, one after the
+    other), by which the group's walltimes are multiplied."""
     if isinstance(attempt, bool) or int(attempt) != attempt or attempt < 1:
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
 
     def own(name: str) -> int:
         return int(runtimes.get(name, runtimes["default"]))
 
-    minutes = own(rule) * int(attempt)
+    minutes = own(rule) * models * int(attempt)
     if cap is None:
         return minutes
-    total = sum(own(name) for name in (rule, *grouped_with))
+    total = sum(own(name) for name in (rule, *grouped_with)) * models
     if total * int(attempt) <= cap:
         return minutes
-    return max(1, int(cap) * own(rule) // total)
+    return max(1, int(cap) * own(rule) * models // total)

@@ -245,12 +245,29 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
     return sorted(files)
 
 
-def training_seeds(config: dict) -> list[int]:
-    """Every seed the config trains models with: its ``seeds`` and every table's, ascending."""
-    seeds = set(config["seeds"])
-    for table in config.get("tables", {}):
-        seeds.update(table_seeds(config, table))
-    return sorted(seeds)
+def model_seeds(config: dict) -> dict[str, list[int]]:
+    """Every model the config's outputs need, experiment -> seeds (ascending): the tables' models
+    at their tables' seeds (:func:`shown_models`), the sources of the pseudopair sets at the
+    config's seeds (the §7.2 statistics), and, closed under what training reads, every
+    fine-tuning source and pseudopair source at the seed of the model that reads it."""
+    needed: dict[str, set[int]] = {name: set(seeds) for name, seeds in shown_models(config).items()}
+    for name in pseudopair_sets(config):
+        needed.setdefault(pseudopair_set(config, name)["source"], set()).update(config["seeds"])
+    work = [(name, seed) for name, seeds in needed.items() for seed in seeds]
+    while work:
+        name, seed = work.pop()
+        if name not in config["experiments"]:
+            continue
+        exp = experiment(config, name)
+        sources = [exp["finetune"]] if exp.get("finetune") else []
+        for ds in exp["c2i"] + [d for pair in exp.get("c2c", []) for d in pair]:
+            if dataset_kind(config, ds) == "pseudopairs":
+                sources.append(pseudopair_set(config, dataset(config, ds)["pseudopairs"])["source"])
+        for source in sources:
+            if seed not in needed.setdefault(source, set()):
+                needed[source].add(seed)
+                work.append((source, seed))
+    return {name: sorted(seeds) for name, seeds in needed.items()}
 
 
 def seed_block(seed: int, sizes: list[int]) -> int:
@@ -266,43 +283,54 @@ def seed_block(seed: int, sizes: list[int]) -> int:
     return len(sizes) + (seed - start) // sizes[-1]
 
 
-def seed_blocks(config: dict, name: str) -> list[list[int]]:
-    """The seed blocks experiment ``name``'s models are trained in, one job each: the config's
-    training seeds (:func:`training_seeds`) grouped by ``training.stack`` (the experiment's own,
-    else the config's). A block's seeds are fixed by the seed numbers, so adding a seed in a new
+def seed_blocks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
+    """Experiment ``name``'s ``seeds`` (those the outputs need: :func:`model_seeds`) grouped into
+    the blocks its models are trained in, one job each, by ``training.stack`` (the experiment's
+    own, else the config's). Block boundaries are fixed by seed numbers, so a seed added in a new
     block changes no other block's job."""
     sizes = list(training_settings(config, name).get("stack") or [1])
     blocks: dict[int, list[int]] = {}
-    for seed in training_seeds(config):
+    for seed in sorted(seeds):
         blocks.setdefault(seed_block(seed, sizes), []).append(seed)
     return list(blocks.values())
 
 
-def stacks(config: dict) -> list[tuple[str, list[int]]]:
-    """Every (experiment, seeds) block of two or more seeds: one ``train-stack`` job each (a
-    block of one seed is an ordinary ``train`` job)."""
-    return [(name, seeds) for name in config["experiments"] for seeds in seed_blocks(config, name)
-            if len(seeds) > 1]
+def stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
+    """Every (experiment, seeds) block of two or more seeds of ``models`` (:func:`model_seeds`):
+    one ``train-stack`` job each (a block of one seed is an ordinary ``train`` job)."""
+    return [(name, block) for name, seeds in models.items() if name in config["experiments"]
+            for block in seed_blocks(config, name, seeds) if len(block) > 1]
 
 
-def stack_of(config: dict, name: str, seed: int) -> list[int] | None:
+def stack_of(config: dict, models: dict[str, list[int]], name: str, seed: int) -> list[int] | None:
     """The seeds of the stack that trains (``name``, ``seed``), or None (a job of its own)."""
-    if name not in config["experiments"] or seed not in training_seeds(config):
+    if seed not in models.get(name, ()):
         return None
-    for seeds in seed_blocks(config, name):
-        if seed in seeds:
-            return seeds if len(seeds) > 1 else None
+    for block in seed_blocks(config, name, models[name]):
+        if seed in block:
+            return block if len(block) > 1 else None
     return None
 
 
-def stack_spec(config: dict, name: str, seeds: list[int]) -> list[dict[str, Any]]:
-    """The ``train-stack`` step's models: each seed's training spec and model directory."""
-    return [{"seed": seed, "spec": training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
-            for seed in seeds]
+def stack_spec(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, Any]]:
+    """The ``train-stack`` step's models, by seed: each seed's training spec and model directory."""
+    return {str(seed): {"spec": training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
+            for seed in seeds}
 
 
 def stack_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
     return sorted({path for seed in seeds for path in training_inputs(config, name, seed)})
+
+
+def stack_evaluation(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, str]]:
+    """The ``evaluate-stack`` step's models, by seed: checkpoint, vocabulary and metrics file."""
+    return {str(seed): {"checkpoint": layout.checkpoint(name, seed), "vocab": layout.model_vocabulary(name, seed),
+                        "output": layout.metrics(name, seed)}
+            for seed in seeds}
+
+
+def stack_evaluation_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
+    return sorted({path for seed in seeds for path in evaluation_inputs(config, name, seed)})
 
 
 def portion_langs(config: dict, name: str | None = None) -> list[str]:

@@ -14,6 +14,7 @@ FMT = config["features"]["format"]
 RESOURCES = config["resources"]
 GPU = RESOURCES["gpu"]
 SPLITS = list(ex.SPLITS)
+MODELS = ex.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
 
 
 wildcard_constraints:
@@ -45,18 +46,17 @@ def mem_mb(rule):
     return lambda wildcards, attempt: megabytes * attempt
 
 
-def runtime(rule, *, grouped_with=()):
+def runtime(rule, *, grouped_with=(), models=1):
     """Walltime of one job of ``rule`` in minutes (config ``resources.runtime``, else its
-    ``default``), multiplied by the attempt number, so a job killed at its time limit and retried
-    (``--retries``, set in the SLURM profile) asks for more -- but never more than
-    ``resources.runtime_cap``, shared with the rules ``grouped_with`` it in one group job
-    (pseudopairs.cluster.walltime)."""
+    ``default``; × ``models``, the models of a stack job), multiplied by the attempt number, so a
+    job killed at its time limit and retried (``--retries``, set in the SLURM profile) asks for
+    more -- but never more than ``resources.runtime_cap``, shared with the rules ``grouped_with``
+    it in one group job (pseudopairs.cluster.walltime)."""
     from pseudopairs.cluster import walltime
 
     cap = RESOURCES.get("runtime_cap")
-    return lambda wildcards, attempt: walltime(
-        RESOURCES["runtime"], rule, attempt, cap=cap, grouped_with=grouped_with
-    )
+    options = {"cap": cap, "grouped_with": grouped_with, "models": models}
+    return lambda wildcards, attempt: walltime(RESOURCES["runtime"], rule, attempt, **options)
 
 
 # config resources.slurm key -> the resource snakemake-executor-plugin-slurm turns into sbatch
@@ -88,14 +88,15 @@ def placement(rule, *, gpu):
     return placed
 
 
-def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=()):
+def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=(), models=1):
     """Everything one job of ``rule`` asks a scheduler for, from the config's ``resources``
     section: ``resources: **job_resources("my_rule")`` in every rule (``gpu=True`` for a rule
     whose step can use a GPU).
 
     - ``mem_mb`` and ``runtime`` (minutes), per rule or the ``default``, × the attempt number;
       the runtime at most ``resources.runtime_cap``, which the rules ``grouped_with`` this one
-      (the other rules of its group job, whose walltimes Snakemake adds up) share;
+      (the other rules of its group job, whose walltimes Snakemake adds up) share; × ``models``
+      for the jobs of a stack of that many models;
     - ``gpu``: ``resources.gpu`` GPUs when ``gpu`` and that is above 0 (else none); where
       ``resources.slurm.gres`` is set, ``gres=<gres>:<resources.gpu>`` instead (sites that want
       ``--gres`` rather than ``--gpus``);
@@ -107,7 +108,8 @@ def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=()):
     The rules declare these, so a profile or the command line only adds to them:
     ``--set-resources train:mem_mb=64000`` changes train's memory and nothing else."""
     gpus = RESOURCES["gpu"] if gpu else 0
-    resources = {"mem_mb": mem_mb(rule), "runtime": runtime(rule, grouped_with=grouped_with)}
+    walltime = runtime(rule, grouped_with=grouped_with, models=models)
+    resources = {"mem_mb": mem_mb(rule), "runtime": walltime}
     placed = placement(placed_with or rule, gpu=gpus > 0)
     if gpus and "gres" in placed:
         placed["gres"] = f"{placed['gres']}:{gpus}"
@@ -165,7 +167,7 @@ def stack_rules():
     seeds (config training.stack; pseudopairs.experiments.seed_blocks). Their rules have no
     wildcards, so Snakemake prefers them to rule train for those models."""
     named = {}
-    for name, seeds in ex.stacks(config):
+    for name, seeds in ex.stacks(config, MODELS):
         rule_name = f"train_stack_{re.sub('[^A-Za-z0-9_]', '_', name)}_seeds{seeds[0]}_{seeds[-1]}"
         if rule_name in named:
             raise ValueError(
@@ -191,23 +193,22 @@ def stack_outputs(name, seeds):
     ]
 
 
-def model_group(wildcards):
-    """The group job of a model's training and evaluation: its stack's (one GPU job trains the
-    block and evaluates each of its models), else its own."""
-    seeds = ex.stack_of(config, wildcards.experiment, int(wildcards.seed))
-    if seeds:
-        return f"stack_{stack_label(wildcards.experiment, seeds)}"
-    return f"model_{wildcards.experiment}_seed{wildcards.seed}"
+def stack_metrics(name, seeds):
+    return [layout.metrics(name, seed) for seed in seeds]
 
 
-def stack_resources(n_models):
-    """train's resources for a job of ``n_models`` models: its runtime × the models (an upper
-    bound: on a GPU a stack of S runs faster than S jobs; docs/benchmarks.md), its memory as one
-    model's (the models share the loaded features)."""
-    resources = job_resources("train", gpu=True, grouped_with=("evaluate",) * n_models)
-    one = resources["runtime"]
-    resources["runtime"] = lambda wildcards, attempt: one(wildcards, attempt) * n_models
-    return resources
+def stack_evaluation(name, seeds):
+    return as_json(ex.stack_evaluation(config, name, seeds))
+
+
+def stack_resources(step, n_models):
+    """The resources of a stack's ``step`` (train or evaluate) for ``n_models`` models: its
+    walltime × the models (for training an upper bound: on a GPU a stack of S runs faster than S
+    jobs; docs/benchmarks.md), its memory as one model's (the models share the loaded data; the
+    evaluations run one after the other)."""
+    other = {"train": "evaluate", "evaluate": "train"}[step]
+    placed = {"placed_with": "train", "grouped_with": (other,), "models": n_models}
+    return job_resources(step, gpu=True, **placed)
 
 
 def evaluation_inputs(wildcards):

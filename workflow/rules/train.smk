@@ -23,13 +23,43 @@ for _rule, _name, _seeds in stack_rules():
             "../../envs/steps.yaml"
         threads: config["training"]["threads"]
         resources:
-            **stack_resources(len(_seeds)),
+            **stack_resources("train", len(_seeds)),
         params:
             models=lambda w, name=_name, seeds=_seeds: as_json(ex.stack_spec(config, name, seeds)),
             settings=lambda w, name=_name: as_json(ex.job_settings(config, name)),
         shell:
             "python -m pseudopairs train-stack --models {params.models:q} "
             "--settings {params.settings:q} --threads {threads} > {log:q} 2>&1"
+
+    # the stack's models evaluated one after the other in one job of the stack's group job (so the
+    # group asks one GPU and one evaluation's memory)
+    rule:
+        name:
+            _rule.replace("train_stack_", "evaluate_stack_")
+        input:
+            lambda w, name=_name, seeds=_seeds: ex.stack_evaluation_inputs(config, name, seeds),
+        output:
+            stack_metrics(_name, _seeds),
+        log:
+            layout.log("evaluate", stack_label(_name, _seeds)),
+        benchmark:
+            layout.benchmark("evaluate", stack_label(_name, _seeds))
+        group:
+            f"stack_{stack_label(_name, _seeds)}"
+        conda:
+            "../../envs/steps.yaml"
+        threads: config["training"]["threads"]
+        resources:
+            **stack_resources("evaluate", len(_seeds)),
+        params:
+            models=lambda w, name=_name, seeds=_seeds: stack_evaluation(name, seeds),
+            spec=lambda w, name=_name: as_json(ex.evaluation_spec(config, name)),
+            experiment=_name,
+            device=config["training"]["device"],
+        shell:
+            "python -m pseudopairs evaluate-stack --models {params.models:q} --spec {params.spec:q} "
+            "--experiment {params.experiment:q} --device {params.device:q} --threads {threads} "
+            "> {log:q} 2>&1"
 
 
 rule train:

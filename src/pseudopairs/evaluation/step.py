@@ -117,6 +117,23 @@ def _cli_evaluate(args: argparse.Namespace) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _cli_evaluate_stack(args: argparse.Namespace) -> None:
+    """``evaluate`` for each model of a stack job, one after the other in one process (the
+    group job of a stack: its training, then this), each metrics.json as ``evaluate`` writes it."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device, key="--device")
+    if not args.models:
+        raise ValueError("--models: no models")
+    for seed, model in args.models.items():
+        model = {"seed": seed, **model}
+        result = evaluate_checkpoint(checkpoint=model["checkpoint"], vocab_path=model["vocab"],
+                                     spec=args.spec, device=device)
+        result = {"experiment": args.experiment, "seed": int(model["seed"]), **result}
+        write_json_atomic(model["output"], result)
+        print(f"{args.experiment} seed {model['seed']}: Sum(Sum) {result['sum_sum']:.2f} -> {model['output']}")
+
+
 def _load_npy(path: str) -> np.ndarray:
     p = Path(path)
     if not p.is_file():
@@ -175,6 +192,13 @@ def register_cli(subparsers) -> None:
     cli.add_device(p)
     cli.add_threads(p, default=1)
     p.add_argument("--output", required=True, help="metrics.json (written atomically)")
+
+    p = cli.add_command(subparsers, "evaluate-stack", _cli_evaluate_stack)
+    cli.add_json(p, "--models", "the stack's models by seed: {seed: {checkpoint, vocab, output}}")
+    cli.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
+    p.add_argument("--experiment", required=True)
+    cli.add_device(p)
+    cli.add_threads(p, default=1)
 
     p = cli.add_command(subparsers, "score-embeddings", _cli_score_embeddings)
     p.add_argument("--images", required=True, help="image embeddings, (n_images, d) .npy")

@@ -175,9 +175,7 @@ def _cli_train_stack(args: argparse.Namespace) -> None:
     settings = dict(args.settings)
     if args.threads is not None:
         settings["threads"] = args.threads
-    jobs = args.models
-    if not isinstance(jobs, list):
-        raise ValueError("--models must be a JSON list of {seed, spec, out_dir}")
+    jobs = [{"seed": int(seed), **model} for seed, model in args.models.items()]
     for summary, job in zip(train_stack(jobs=jobs, settings=settings), jobs):
         print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
               f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
@@ -186,6 +184,6 @@ def _cli_train_stack(args: argparse.Namespace) -> None:
 
 def register_cli(subparsers) -> None:
     p = cli.add_command(subparsers, "train-stack", _cli_train_stack)
-    cli.add_json(p, "--models", "the block's models: [{seed, spec (experiments.training_spec), out_dir}]")
+    cli.add_json(p, "--models", "the block's models by seed: {seed: {spec (experiments.training_spec), out_dir}}")
     cli.add_json(p, "--settings", "the config's training section merged with model")
     cli.add_threads(p)
