@@ -5,6 +5,9 @@ result."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -256,3 +259,160 @@ def test_stack_compute_is_batched_on_a_gpu_and_separate_on_the_cpu():
     assert stack_compute(settings, device="cuda", n_models=1) == "separate"
     assert stack_compute({**settings, "objective": "joint"}, device="cuda", n_models=3) == "separate"
     assert stack_compute({**settings, "stack_compute": "batched"}, device="cpu", n_models=2) == "batched"
+
+
+# ---- the stacked GRU's hand-written backward ---------------------------------------------------
+
+from pseudopairs.model.stacked_gru import stacked_gru  # noqa: E402
+
+
+def _reference_gru(gates_in, lengths, w_hh, b_hh):
+    """The masked recurrence op by op under plain autograd (nn.GRU's formula, gates r, z, n)."""
+    steps, n_models, rows, width = gates_in.shape
+    hidden = gates_in.new_zeros((n_models, rows, width // 3))
+    for t in range(steps):
+        gates_h = torch.baddbmm(b_hh[:, None, :], hidden, w_hh.transpose(1, 2))
+        in_r, in_z, in_n = gates_in[t].chunk(3, dim=-1)
+        h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
+        reset = torch.sigmoid(in_r + h_r)
+        update = torch.sigmoid(in_z + h_z)
+        new = torch.tanh(in_n + reset * h_n)
+        stepped = (1 - update) * new + update * hidden
+        hidden = torch.where((lengths > t)[:, :, None], stepped, hidden)
+    return hidden
+
+
+def _gru_inputs(steps, n_models, rows, hidden, *, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=gen, dtype=torch.float64).requires_grad_()
+            for shape in ((steps, n_models, rows, 3 * hidden), (n_models, 3 * hidden, hidden),
+                          (n_models, 3 * hidden))]
+
+
+def test_stacked_gru_output_and_gradients_equal_plain_autograd():
+    """S=3, R=4, H=5, T=6, lengths from 1 to the full 6 (and a model with no full-length row)."""
+    lengths = torch.tensor([[1, 6, 3, 2], [6, 4, 1, 6], [5, 2, 1, 3]])
+    gates_in, w_hh, b_hh = _gru_inputs(6, 3, 4, 5, seed=0)
+    upstream = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    got = stacked_gru(gates_in, lengths, w_hh, b_hh, fused=False)
+    want = _reference_gru(gates_in, lengths, w_hh, b_hh)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    got_grads = torch.autograd.grad((got * upstream).sum(), (gates_in, w_hh, b_hh))
+    want_grads = torch.autograd.grad((want * upstream).sum(), (gates_in, w_hh, b_hh))
+    for name, g, w in zip(("gates_in", "w_hh", "b_hh"), got_grads, want_grads):
+        assert g.shape == w.shape, name
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-10, msg=name)
+    # a finished caption's steps are the identity: no gate gradient after its last token
+    assert torch.all(got_grads[0][1:, 0, 0] == 0) and torch.all(got_grads[0][4:, 1, 1] == 0)
+    # fused=True off CUDA is the same computation
+    torch.testing.assert_close(stacked_gru(gates_in, lengths, w_hh, b_hh, fused=True), got, rtol=0, atol=0)
+
+
+def test_stacked_gru_passes_gradcheck():
+    lengths = torch.tensor([[1, 3, 2], [3, 2, 3]])
+    inputs = _gru_inputs(3, 2, 3, 2, seed=2)
+    assert torch.autograd.gradcheck(lambda g, w, b: stacked_gru(g, lengths, w, b, fused=False), inputs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused GRU cell is CUDA's")
+def test_stacked_gru_with_the_fused_cell_on_cuda_equals_plain_autograd():
+    lengths = torch.tensor([[1, 6, 3, 2], [6, 4, 1, 6], [5, 2, 1, 3]], device="cuda")
+    inputs = [x.detach().cuda().requires_grad_() for x in _gru_inputs(6, 3, 4, 5, seed=3)]
+    got = stacked_gru(*inputs[:1], lengths, *inputs[1:], fused=True)
+    want = _reference_gru(inputs[0], lengths, *inputs[1:])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    for g, w in zip(torch.autograd.grad(got.sum(), inputs), torch.autograd.grad(want.sum(), inputs)):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-10)
+
+
+# --------------------------------------------------------------------------------------------
+# The workflow: seed blocks, stale-only reruns, the evaluation of a stack
+
+
+def _stack_commands(output: str) -> dict[str, str]:
+    """rule name -> shell command of every train-stack job of a dry run (-p)."""
+    commands, rule = {}, None
+    for line in output.splitlines():
+        head = re.match(r"^\s*rule (train_stack_\w+):$", line)
+        if head:
+            rule = head.group(1)
+        elif rule and "python -m pseudopairs train-stack" in line:
+            commands[rule] = line.strip()
+            rule = None
+    return commands
+
+
+def test_blocks_follow_the_seed_numbers_and_the_models_the_outputs_need():
+    from pseudopairs import experiments as ex
+    from pseudopairs.config import check_config, load_config
+    from conftest import REPO
+
+    assert [ex.seed_block(s, [3]) for s in range(1, 8)] == [0, 0, 0, 1, 1, 1, 2]
+    assert [ex.seed_block(s, [3, 7]) for s in (1, 3, 4, 10, 11, 17, 18)] == [0, 0, 1, 1, 2, 2, 3]
+    config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml"))
+    models = ex.model_seeds(config)
+    # Table 5's source is trained for every seed its pseudopair sets are mined at, and fine-tuned
+    # rows at the seeds of their tables
+    assert models["en_de_coco_c2c"] == [1, 2, 3] and models["en_de_coco_c2c_pseudo_ft"] == [1, 2, 3]
+    assert ex.stack_of(config, models, "en_de_coco_c2c", 2) == [1, 2, 3]
+    assert ex.stack_of(config, models, "en_de_coco_c2c", 7) is None          # not needed: rule train
+    config["training"]["stack"] = [1]
+    assert ex.stacks(config, models) == []                                     # one job per seed
+
+
+def test_adding_a_seed_in_a_new_block_leaves_the_old_blocks_jobs_as_they_were(tmp_path):
+    """Seeds 1-3 train in one job per experiment (training.stack [3]); adding seed 4 adds jobs for
+    seed 4 and leaves the jobs of seeds 1-3 exactly as they were (same rule, outputs and command,
+    so Snakemake reruns none of them)."""
+    from conftest import run_snakemake
+    from test_workflow import job_counts
+
+    target = "results/table5.csv"
+    before = run_snakemake(tmp_path / "a", "-n", "-p", "--cores", "1", target)
+    after = run_snakemake(tmp_path / "b", "-n", "-p", "--cores", "1", target, "--config", "seeds=[1,2,3,4]")
+    assert before.returncode == 0 and after.returncode == 0, before.stderr[-2000:] + after.stderr[-2000:]
+    old, new = _stack_commands(before.stdout), _stack_commands(after.stdout)
+    assert old and all(rule.endswith("_seeds1_3") for rule in old)
+    assert {rule: new[rule] for rule in old} == old
+    counts = job_counts(after.stdout)
+    assert counts["train"] == len(old)            # seed 4 of each experiment: a block of one seed
+    assert "results/models/en_de_coco_c2c/seed4/checkpoint.pt" in after.stdout
+
+
+def test_evaluate_stack_writes_each_models_metrics_as_evaluate_does(tmp_path, monkeypatch):
+    import json
+
+    from pseudopairs import cli
+    import pseudopairs.evaluation.step as step
+
+    def fake(*, checkpoint, vocab_path, spec, device):
+        return {"sum_sum": float(len(checkpoint)), "checkpoint": checkpoint, "vocab": vocab_path,
+                "langs": spec["langs"], "device": device}
+
+    monkeypatch.setattr(step, "evaluate_checkpoint", fake)
+    models = {str(s): {"checkpoint": f"m/seed{s}/checkpoint.pt", "vocab": f"m/seed{s}/vocab.json",
+                       "output": str(tmp_path / f"seed{s}" / "metrics.json")} for s in (1, 2)}
+    cli.main(["evaluate-stack", "--models", json.dumps(models), "--spec", json.dumps({"langs": ["en"]}),
+              "--experiment", "en", "--device", "cpu", "--threads", "1"])
+    for seed, model in models.items():
+        written = json.loads(Path(model["output"]).read_text())
+        assert written == {"experiment": "en", "seed": int(seed), **fake(
+            checkpoint=model["checkpoint"], vocab_path=model["vocab"], spec={"langs": ["en"]}, device="cpu")}
+
+
+def test_train_stack_command_trains_each_seed_into_its_directory(world, tmp_path, capsys):
+    import json
+
+    from pseudopairs import cli
+
+    spec, _ = world
+    models = {str(s): {"spec": spec, "out_dir": str(tmp_path / f"seed{s}")} for s in (1, 2)}
+    cli.main(["train-stack", "--models", json.dumps(models), "--settings", json.dumps(SETTINGS),
+              "--threads", "1"])
+    out = capsys.readouterr().out
+    for seed in (1, 2):
+        assert sorted(p.name for p in (tmp_path / f"seed{seed}").iterdir()) == [
+            "checkpoint.pt", "train_log.csv", "vocab.json"]
+        assert f"trained en_de_c2c seed {seed}:" in out
+        meta = torch.load(tmp_path / f"seed{seed}" / "checkpoint.pt", weights_only=True)
+        assert meta["seed"] == seed and meta["updates"] == SETTINGS["max_updates"]
