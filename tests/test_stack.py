@@ -416,3 +416,28 @@ def test_train_stack_command_trains_each_seed_into_its_directory(world, tmp_path
         assert f"trained en_de_c2c seed {seed}:" in out
         meta = torch.load(tmp_path / f"seed{seed}" / "checkpoint.pt", weights_only=True)
         assert meta["seed"] == seed and meta["updates"] == SETTINGS["max_updates"]
+
+
+def test_stacked_gru_backward_of_the_fused_forward_equals_plain_autograd(monkeypatch):
+    """The fused forward's backward (r, z, n recomputed from the saved pre-activations) on the CPU:
+    the CUDA kernel's place taken by the same formula written out."""
+    import pseudopairs.model.stacked_gru as module
+
+    def cell(gates_in, gates_h, hidden):
+        i_r, i_z, i_n = gates_in.chunk(3, dim=-1)
+        h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
+        reset, update = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+        new = torch.tanh(i_n + reset * h_n)
+        return new + update * (hidden - new)
+
+    calls = []
+    monkeypatch.setattr(module, "_fused_available", lambda gates_in, fused: fused)
+    monkeypatch.setattr(module, "_fused_cell", lambda *args: calls.append(1) or cell(*args))
+    lengths = torch.tensor([[1, 6, 3, 2], [6, 4, 1, 6], [5, 2, 1, 3]])
+    inputs = _gru_inputs(6, 3, 4, 5, seed=4)
+    got = stacked_gru(inputs[0], lengths, *inputs[1:], fused=True)
+    assert len(calls) == 6
+    want = _reference_gru(inputs[0], lengths, *inputs[1:])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    for g, w in zip(torch.autograd.grad(got.sum(), inputs), torch.autograd.grad(want.sum(), inputs)):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-10)

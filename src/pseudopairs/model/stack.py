@@ -43,6 +43,7 @@ from pseudopairs.data.vocab import PAD_ID
 from pseudopairs.model.batches import C2CBatch, C2IBatch
 from pseudopairs.model.encoders import RankingModel
 from pseudopairs.model.losses import contrastive_loss
+from pseudopairs.model.stacked_gru import stacked_gru
 from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 
 # RankingModel's trainable parameters in the order of ``RankingModel.parameters()`` (the order of
@@ -176,24 +177,10 @@ class StackedRankingModel(nn.Module):
                                  w_ih.transpose(1, 2)).reshape(n_models, rows, steps, -1)
         gates_in = gates_in.permute(2, 0, 1, 3).contiguous()                  # (T, S, R, 3H)
         lengths = lengths.to(device)
-        hidden = embedded.new_zeros((n_models, rows, self.joint_dim))
-        w_hh_t, b_hh = w_hh.transpose(1, 2), b_hh[:, None, :]
-        fused = self.fused_cell and device.type == "cuda"
-        for t in range(steps):
-            gates_h = torch.baddbmm(b_hh, hidden, w_hh_t)
-            if fused:  # PyTorch's own fused GRU-cell kernel (nn.GRUCell's on CUDA): one launch
-                stepped, _ = torch.ops.aten._thnn_fused_gru_cell(
-                    gates_in[t].reshape(n_models * rows, -1), gates_h.reshape(n_models * rows, -1),
-                    hidden.reshape(n_models * rows, -1))
-                stepped = stepped.reshape(n_models, rows, -1)
-            else:
-                in_r, in_z, in_n = gates_in[t].chunk(3, dim=-1)
-                h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
-                reset = torch.sigmoid(in_r + h_r)
-                update = torch.sigmoid(in_z + h_z)
-                new = torch.tanh(in_n + reset * h_n)
-                stepped = new + update * (hidden - new)                          # (1−z)·n + z·h
-            hidden = torch.where((lengths > t)[:, :, None], stepped, hidden)
+        # the masked recurrence as one autograd Function with a hand-written backward (one
+        # weight-gradient product over all steps); on CUDA with fused_cell its forward's gates go
+        # through PyTorch's fused GRU-cell kernel
+        hidden = stacked_gru(gates_in, lengths, w_hh, b_hh, fused=self.fused_cell and device.type == "cuda")
         return self._joint(hidden)
 
 
