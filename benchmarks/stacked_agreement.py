@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from pseudopairs.data.vocab import build_vocabulary
 from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic

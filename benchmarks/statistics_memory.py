@@ -93,48 +93,9 @@ def write_sets(folder: Path, *, sets: int, seeds: int, rows: int, database: int,
 
 def _caching(spec: dict):
     """The statistics as computed before streaming: every frame cached until the end."""
-    import itertools
-    import math
+    from pseudopairs.mining.statistics import pseudopair_statistics_reference
 
-    import pandas as pd
-
-    from pseudopairs.io import read_pairs
-    from pseudopairs.mining.statistics import (PER_RUN, STATS_COLUMNS, image_agreement, run_statistics,
-                                               transferred_jaccard)
-
-    cache: dict = {}
-
-    def get(name, seed):
-        if (name, seed) not in cache:
-            files = spec["files"][name][str(seed)]
-            cache[name, seed] = (read_pairs(files["pairs"]), json.loads(Path(files["stats"]).read_text()))
-        return cache[name, seed]
-
-    records = []
-    for name, info in spec["sets"].items():
-        base = {"pseudopairs": name, "criterion": info["criterion"], "source": info["source"],
-                "compared_with": "", "paper": math.nan}
-        for seed in spec["seeds"]:
-            pairs, stats = get(name, seed)
-            values = run_statistics(pairs, n_database=stats["n_database"],
-                                    database_unique_texts=stats["n_database_unique_texts"], top=spec["top"])
-            records += [{**base, "statistic": k, "seeds": str(seed), "value": values[k]} for k in PER_RUN]
-        for s1, s2 in itertools.combinations(spec["seeds"], 2):
-            (p1, _), (p2, _) = get(name, s1), get(name, s2)
-            records += [{**base, "statistic": "jaccard_seeds", "seeds": f"{s1},{s2}",
-                         "value": transferred_jaccard(p1["match_row"], p2["match_row"])},
-                        {**base, "statistic": "agreement_seeds", "seeds": f"{s1},{s2}",
-                         "value": image_agreement(p1, p2)}]
-    for c in spec["compare"]:
-        for seed in spec["seeds"]:
-            (pa, _), (pb, _) = get(c["a"], seed), get(c["b"], seed)
-            base = {"pseudopairs": c["a"], "criterion": spec["sets"][c["a"]]["criterion"],
-                    "source": spec["sets"][c["a"]]["source"], "compared_with": c["b"],
-                    "seeds": str(seed), "paper": math.nan}
-            records += [{**base, "statistic": "jaccard",
-                         "value": transferred_jaccard(pa["match_row"], pb["match_row"])},
-                        {**base, "statistic": "agreement", "value": image_agreement(pa, pb)}]
-    return pd.DataFrame.from_records(records, columns=STATS_COLUMNS)
+    return pseudopair_statistics_reference(spec)
 
 
 def _status_kb(key: str) -> int:

@@ -26,6 +26,8 @@ def tiny_config() -> dict:
     config["training"].update(batch_size=16, validate_every=10, patience=2, max_updates=30,
                               learning_rate=2e-3, c2c_warmup=None)
     config["seeds"] = [1]
+    # one job per model: the rerun counts below are per model (stack jobs: the test after it)
+    config["training"]["stack"] = [1]
     return config
 
 
@@ -126,3 +128,36 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     changed["feature_pretraining"]["seed"] = 1
     counts = dry_run_counts(changed)
     assert counts["pretrain_features"] == 1 and counts["features"] == 4 and "world" not in counts
+
+
+@pytest.mark.slow
+def test_tiny_stack_job_trains_its_block_and_a_new_seed_retrains_nothing_else(tmp_path):
+    """Seeds 1-2 of one experiment in one train-stack job (training.stack [2]) and one
+    evaluate-stack job: each model's files where a job of its own writes them, one log per block;
+    nothing is stale afterwards; adding seed 3 (a new block) plans seed 3's jobs only."""
+    config_path = tmp_path / "tiny.yaml"
+    config = tiny_config()
+    config["training"]["stack"] = [2]
+    config["seeds"] = [1, 2]
+    config_path.write_text(yaml.safe_dump(config))
+    targets = [f"results/models/en_de/seed{seed}/metrics.json" for seed in (1, 2)]
+    result = run_snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(config_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "train_stack_en_de_seeds1_2" in result.stderr + result.stdout
+    for seed in (1, 2):
+        model = tmp_path / f"results/models/en_de/seed{seed}"
+        assert sorted(p.name for p in model.iterdir()) == ["checkpoint.pt", "metrics.json", "train_log.csv",
+                                                         "vocab.json"]
+        assert json.loads((model / "metrics.json").read_text())["seed"] == seed
+    log = (tmp_path / "results/logs/train/en_de.seeds1-2.log").read_text()
+    assert "trained en_de seed 1:" in log and "trained en_de seed 2:" in log
+    assert (tmp_path / "results/benchmarks/evaluate/en_de.seeds1-2.tsv").exists()
+    rerun = run_snakemake(tmp_path, *targets, "-n", "--cores", "2", "--configfile", str(config_path))
+    assert "Nothing to be done" in rerun.stdout + rerun.stderr
+    config["seeds"] = [1, 2, 3]
+    config_path.write_text(yaml.safe_dump(config))
+    more = run_snakemake(tmp_path, *targets, "results/models/en_de/seed3/metrics.json", "-n", "--cores", "2",
+                         "--configfile", str(config_path))
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert job_counts(more.stdout) == {"train": 1, "evaluate": 1, "total": 2}
+

@@ -15,7 +15,8 @@ from PIL import Image
 import pseudopairs.model.training as training
 from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.figures import choose_examples, pseudopair_figure
-from pseudopairs.mining.statistics import image_agreement, pseudopair_statistics, run_statistics, transferred_jaccard
+from pseudopairs.mining.statistics import (image_agreement, pseudopair_statistics, pseudopair_statistics_reference,
+                                           run_statistics, transferred_jaccard)
 from pseudopairs.io import PAIR_COLUMNS, read_pairs
 from pseudopairs.mining.settings import MiningRun
 from pseudopairs.mining.step import mine_pseudopairs, percentile_filter, pseudopair_caption_table
@@ -215,42 +216,6 @@ def _random_pairs(rng, n, *, n_database, n_images):
         "similarity": rng.random(n), "score": rng.random(n)}, columns=PAIR_COLUMNS)
 
 
-def _caching_reference(spec, load):
-    """The statistics as computed before streaming: every frame cached, the cross-set figures
-    from the public frame functions (the definitions the streaming code must reproduce)."""
-    import itertools
-    cache = {}
-
-    def get(name, seed):
-        if (name, seed) not in cache:
-            cache[name, seed] = load(name, seed)
-        return cache[name, seed]
-
-    records = []
-    for name, info in spec["sets"].items():
-        base = {"pseudopairs": name, "criterion": info["criterion"], "source": info["source"],
-                "compared_with": ""}
-        for seed in spec["seeds"]:
-            pairs, stats = get(name, seed)
-            values = run_statistics(pairs, n_database=stats["n_database"],
-                                    database_unique_texts=stats["n_database_unique_texts"], top=spec["top"])
-            records += [{**base, "statistic": k, "seeds": str(seed), "value": values[k]} for k in values]
-        for s1, s2 in itertools.combinations(spec["seeds"], 2):
-            (p1, _), (p2, _) = get(name, s1), get(name, s2)
-            records += [{**base, "statistic": "jaccard_seeds", "seeds": f"{s1},{s2}",
-                         "value": transferred_jaccard(p1["match_row"], p2["match_row"])},
-                        {**base, "statistic": "agreement_seeds", "seeds": f"{s1},{s2}",
-                         "value": image_agreement(p1, p2)}]
-    for c in spec["compare"]:
-        for seed in spec["seeds"]:
-            (pa, _), (pb, _) = get(c["a"], seed), get(c["b"], seed)
-            base = {"pseudopairs": c["a"], "compared_with": c["b"], "seeds": str(seed)}
-            records += [{**base, "statistic": "jaccard", "value": transferred_jaccard(pa["match_row"], pb["match_row"])},
-                        {**base, "statistic": "agreement", "value": image_agreement(pa, pb)}]
-    return {(r["pseudopairs"], r.get("compared_with", ""), r["statistic"], r["seeds"]): r["value"]
-            for r in records}
-
-
 def test_statistics_hold_one_set_at_a_time_and_equal_the_caching_computation():
     """18 sets × seeds are each loaded once, never two frames alive at once (the old code cached
     every frame until the end: at the paper's size tens of GB on a login node), and every value
@@ -281,9 +246,10 @@ def test_statistics_hold_one_set_at_a_time_and_equal_the_caching_computation():
     frame = pseudopair_statistics(spec, load=load)
     assert most_alive == 0                                   # the previous frame was gone at each load
     assert sorted(loads) == sorted((n, s) for n in names for s in seeds)   # each once
-    expected = _caching_reference(spec, lambda name, seed: (
+    reference = pseudopair_statistics_reference(spec, load=lambda name, seed: (
         _random_pairs(np.random.default_rng(names.index(name) * 10 + seed), 400, n_database=60, n_images=90),
         {"n_database": 60, "n_database_unique_texts": 7}))
+    expected = {(r.pseudopairs, r.compared_with, r.statistic, r.seeds): r.value for r in reference.itertuples()}
     got = {(r.pseudopairs, r.compared_with, r.statistic, r.seeds): r.value for r in frame.itertuples()}
     assert set(got) == set(expected) and len(frame) == len(expected)
     for key, value in expected.items():

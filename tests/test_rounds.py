@@ -20,7 +20,7 @@ from pseudopairs import rounds as chains
 from pseudopairs.config import ConfigError, check_config, load_config
 from pseudopairs.io import PAIR_COLUMNS
 from pseudopairs.report import rounds as report_rounds
-from test_workflow import job_counts
+from test_workflow import job_block, job_counts, model_counts
 
 
 def demo() -> dict:
@@ -221,12 +221,12 @@ def test_a_chains_summary_dag_trains_every_round_from_the_one_before(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts["rounds_summary"] == 1
-    assert counts["train"] == 4 * 3 and counts["evaluate"] == 4 * 3    # rounds 0-3 x 3 seeds
+    assert model_counts(result.stdout) == {"train": 4 * 3, "evaluate": 4 * 3}   # rounds 0-3 x 3 seeds
     assert counts["mine"] == 3 * 3 and counts["pseudopair_captions"] == 3 * 3
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     mine = next(b for b in blocks if "rule mine:" in b and "pseudopairs=de_coco.round2, seed=2" in b)
     assert "results/models/de_coco_round1/seed2/checkpoint.pt" in mine
-    train = next(b for b in blocks if "rule train:" in b and "experiment=de_coco_round3, seed=1" in b)
+    train = job_block(result.stdout, "train", "results/models/de_coco_round3/seed1/checkpoint.pt")
     assert "results/models/de_coco_round2/seed1/checkpoint.pt" in train
     assert "results/pseudopairs/de_coco.round3/seed1/captions.p0.parquet" in train
     summary = next(b for b in blocks if "rule rounds_summary:" in b)
@@ -238,7 +238,7 @@ def test_the_per_round_table_and_all_include_both_chains(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/table_rounds_en_de_coco_c2c.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["train"] == 4 * 3 and counts["mine"] == 3 * 3 and counts["table"] == 1
+    assert model_counts(result.stdout)["train"] == 4 * 3 and counts["mine"] == 3 * 3 and counts["table"] == 1
     everything = run_snakemake(tmp_path, "-n", "--cores", "2", "all")
     assert everything.returncode == 0, everything.stderr[-3000:]
     counts = job_counts(everything.stdout)

@@ -26,7 +26,7 @@ from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.plots import panels
 from test_pseudopairs import check_nearest_and_same_things, mining_spec
 from test_training import COLOURS, SETTINGS, SHAPES, _world
-from test_workflow import job_counts
+from test_workflow import job_block, job_counts, model_counts
 
 torch.set_num_threads(1)
 
@@ -172,16 +172,16 @@ def test_the_reverse_rows_dag(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     # De+COCO and the three reverse rows; the reverse set and the paper's set (both directions row)
-    assert counts["train"] == 4 * 3 and counts["evaluate"] == 3 * 3
+    assert model_counts(result.stdout) == {"train": 4 * 3, "evaluate": 3 * 3}
     assert counts["mine"] == 2 * 3 and counts["pseudopair_captions"] == 2 * 3
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     mine = next(b for b in blocks if "rule mine:" in b and "pseudopairs=de_coco.reverse, seed=3" in b)
     assert "results/models/de_coco/seed3/checkpoint.pt" in mine
     assert "results/captions/m30k/train.parquet" in mine and "results/captions/coco/train.parquet" in mine
-    train = next(b for b in blocks if "rule train:" in b and "experiment=de_coco_rev_c2c_ft, seed=2" in b)
+    train = job_block(result.stdout, "train", "results/models/de_coco_rev_c2c_ft/seed2/checkpoint.pt")
     assert "results/pseudopairs/de_coco.reverse/seed2/captions.p0.parquet" in train
     assert "results/models/de_coco/seed2/checkpoint.pt" in train
-    both = next(b for b in blocks if "rule train:" in b and "experiment=de_coco_both_c2c_ft, seed=1" in b)
+    both = job_block(result.stdout, "train", "results/models/de_coco_both_c2c_ft/seed1/checkpoint.pt")
     assert "results/pseudopairs/de_coco/seed1/captions.p0.parquet" in both
     assert "results/pseudopairs/de_coco.reverse/seed1/captions.p0.parquet" in both
 

@@ -1,4 +1,4 @@
-"""The paper configuration at the paper's size (issue 24): inputs kept outside the clone enter the
+"""The paper configuration at the paper's size: inputs kept outside the clone enter the
 DAG through a manifest or a check -- the Flickr30K folder through a manifest of the files each
 split needs (an unrelated file reruns nothing; a changed image reruns its features), the
 ImageNet weights checked before any job -- and the caption tables' metadata read once per

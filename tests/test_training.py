@@ -225,8 +225,8 @@ def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_pa
 
     monkeypatch.setattr(steps, "contrastive_loss", poisoned)
     with pytest.raises(RuntimeError, match=r"non-finite training loss \(nan\) at update 13 "
-                                           r"\(task c2[ic], data set m30k\.[^)]+\).*last validation "
-                                           r"\(update 10; best weights so far from update 10.*last\.pt"):
+                                           r"\(task c2[ic], data set m30k\.[^)]+\).*state last saved "
+                                           r"\(at the validation of update 10\).*last\.pt"):
         _run(world, tmp_path)
     state = torch.load(tmp_path / "last.pt", weights_only=True)
     assert state["progress"]["update"] == 10
@@ -253,7 +253,7 @@ def test_non_finite_weights_stop_at_the_next_validation(world, tmp_path, monkeyp
 
     monkeypatch.setattr(steps, "train_step", poison_weights)
     with pytest.raises(RuntimeError, match=r"non-finite weights \(gru\.weight_hh_l0\) after update 20"
-                                           r".*last validation \(update 10"):
+                                           r".*state last saved \(at the validation of update 10\)"):
         _run(world, tmp_path)
     assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["update"] == 10
     assert not (tmp_path / "checkpoint.pt").exists()

@@ -19,6 +19,33 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def model_counts(output: str) -> dict[str, int]:
+    """Models trained and evaluated by a dry run's jobs, whatever the jobs: the checkpoints that
+    rule train and the train_stack_* rules (one job per seed block) write, and the metrics files
+    of rule evaluate and the evaluate_stack_* rules."""
+    found: dict[str, set] = {"train": set(), "evaluate": set()}
+    rule = None
+    for line in output.splitlines():
+        head = re.match(r"^\s*(?:local)?rule (\w+):$", line)
+        if head:
+            rule = head.group(1)
+            continue
+        out = re.match(r"^\s*output: (.*)$", line)
+        kind = rule and re.match(r"^(train|evaluate)(?:$|_stack_)", rule)
+        if out and kind:
+            found[kind.group(1)].update(p for p in out.group(1).split(", ")
+                                        if p.endswith(("checkpoint.pt", "metrics.json")))
+    return {kind: len(paths) for kind, paths in found.items()}
+
+
+def job_block(output: str, rule_prefix: str, path: str) -> str:
+    """The dry-run block of the job of a rule named ``rule_prefix``… whose output holds ``path``."""
+    blocks = re.split(r"\n(?=[ ]*(?:local)?rule \w+:\n)", output)
+    (found,) = [b for b in blocks if re.search(rf"rule {rule_prefix}\w*:", b) and
+                re.search(rf"output: .*{re.escape(path)}", b)]
+    return found
+
+
 def test_demo_data_targets_dry_run(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/captions/m30k/train.parquet",
                            "results/captions/coco/train.parquet",
@@ -35,8 +62,8 @@ def test_demo_tables_dry_run(tmp_path):
                            "results/table3.csv", "results/table7.csv")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert counts["train"] == 9 * 3  # 9 experiments x 3 seeds
-    assert counts["evaluate"] == 27
+    assert model_counts(result.stdout) == {"train": 9 * 3, "evaluate": 27}  # 9 experiments x 3 seeds
+    assert "train" not in counts and counts["train_stack_en_seeds1_3"] == 1   # one job per seed block
     assert counts["features"] == 4   # m30k train/val/test + coco train
     assert counts["pretrain_features"] == 1  # the demo's feature extractor, once for all
     assert counts["table"] == 4
@@ -48,7 +75,7 @@ def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
     counts = job_counts(result.stdout)
     # De+COCO, 6 pseudopair rows, footnote 7's c2c row, the fine-tuning control, 12 hubness-aware
     # rows (6 criteria, retrained and fine-tuned), 3 reverse-direction rows: 24 experiments x 3 seeds
-    assert counts["train"] == 24 * 3 and counts["evaluate"] == 24 * 3
+    assert model_counts(result.stdout) == {"train": 24 * 3, "evaluate": 24 * 3}
     # the paper's cosine set, 6 hubness-aware sets and the reverse set of the De+COCO model, per seed
     assert counts["mine"] == 8 * 3
     # cosine set at percentiles 0, 25, 75; hubness and reverse sets unfiltered; per seed
@@ -68,7 +95,7 @@ def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
     assert counts["translate"] == 1  # coco.de-mt
     # Table 5: baseline, 6 pseudopair rows, translation, the fine-tuning control, 6 hubness
     # fine-tunes = 15; Table 6 adds de_coco, de_coco_mt, de_coco_mt_c2c; x 3 seeds
-    assert counts["train"] == (15 + 3) * 3
+    assert model_counts(result.stdout)["train"] == (15 + 3) * 3
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     translate = next(b for b in blocks if "rule translate:" in b)
     assert "results/captions/coco/train.parquet" in translate
@@ -76,7 +103,7 @@ def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
     assert "results/translations/coco.de-mt/train.parquet" in translate
     train_mt = next(b for b in blocks if "rule train_mt:" in b)
     assert "results/world/parallel/train.en" in train_mt and "results/world/parallel/val.de" in train_mt
-    mt_c2c = next(b for b in blocks if "rule train:" in b and "experiment=de_coco_mt_c2c, seed=1" in b)
+    mt_c2c = job_block(result.stdout, "train", "results/models/de_coco_mt_c2c/seed1/checkpoint.pt")
     assert "results/translations/coco.de-mt/train.parquet" in mt_c2c
 
 
@@ -111,28 +138,35 @@ def test_paper_004_tables_dag(tmp_path):
     result = run_snakemake(tmp_path, "-n", "-p", "--cores", "2", *LESSONS)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["train"] == counts["evaluate"] == (27 + 4) * 2
+    # 004's tables' seeds are [1, 2]; En, De, En+De and En+De+c2c are also paper 000's models at
+    # seeds 1-3, so their block (training.stack [3]) trains seed 3 with 1 and 2
+    assert model_counts(result.stdout) == {"train": (27 + 4) * 2 + 4, "evaluate": (27 + 4) * 2 + 4}
     assert counts["select_captions"] == 5 and counts["table"] == 7 and counts["table_figure"] == 1
     assert counts["prepare_captions"] == 6          # m30k and m30k_task1: train, val, test
     assert counts["features"] == 3                  # the translation portion uses the m30k features
     assert "mine" not in counts and "translate" not in counts
-    assert "seed3" not in result.stdout             # the 004 tables' seeds: [1, 2]
+    seed3 = set(re.findall(r"results/models/(\w+)/seed3/checkpoint\.pt", result.stdout))
+    assert seed3 == {"en", "de", "en_de", "en_de_c2c"}   # the 004-only models: seeds [1, 2]
     blocks = re.split(r"\n(?=[ ]*(?:local)?rule \w+:\n)", result.stdout)
 
     def block(rule, wildcards):
         (found,) = [b for b in blocks if f"rule {rule}:" in b and wildcards in b]
         return found
 
-    t_fr = block("train", "experiment=t_fr, seed=2")
+    def model(rule, experiment):  # seeds 1-2 of an experiment: one stack job (training.stack [3])
+        name = "checkpoint.pt" if rule == "train" else "metrics.json"
+        return job_block(result.stdout, rule, f"results/models/{experiment}/seed1/{name}")
+
+    t_fr = model("train", "t_fr")
     assert "results/captions/m30k_task1/train.parquet" in t_fr and "results/features/m30k/train.npz" in t_fr
     assert '"lang_captions":{"fr":"results/captions/m30k_task1/val.parquet"}' in t_fr
-    assert '"similarity":"order"' in block("train", "experiment=de_oe, seed=1")
-    assert '"objective":"joint"' in block("train", "experiment=t_multi_joint, seed=1")
-    disjoint = block("train", "experiment=disjoint_en_de, seed=1")
+    assert '"similarity":"order"' in model("train", "de_oe")
+    assert '"objective":"joint"' in model("train", "t_multi_joint")
+    disjoint = model("train", "disjoint_en_de")
     assert "results/captions/selected/m30k.en-half0/train.parquet" in disjoint
     assert "results/captions/selected/m30k.de-half1/train.parquet" in disjoint
-    assert '"portion_langs":["en","de","fr","cs"]' in block("evaluate", "experiment=t_multi, seed=1")
-    assert "portion_langs" not in block("evaluate", "experiment=c1_en_de_c2c, seed=1")   # Table 4, Fig. 3
+    assert '"portion_langs":["en","de","fr","cs"]' in model("evaluate", "t_multi")
+    assert "portion_langs" not in model("evaluate", "c1_en_de_c2c")   # Table 4, Fig. 3
     assert '"retrieval_key":"portion_retrieval"' in block("table", "table=table_lessons7")
     select = block("select_captions", "dataset=m30k.en-1cap")
     assert '--select \'{"captions_per_image":1,"seed":0}\'' in select
@@ -149,7 +183,7 @@ def test_paper_004_tables_dag_in_the_real_configuration(tmp_path):
                            "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["train"] == counts["evaluate"] == (27 + 4) * 10
+    assert model_counts(result.stdout) == {"train": (27 + 4) * 10, "evaluate": (27 + 4) * 10}
     assert counts["read_multi30k_task1"] == 3 and counts["select_captions"] == 5
     for split in ("train", "val", "test_2016_flickr"):
         for lang in ("fr", "cs"):
@@ -163,9 +197,9 @@ def test_pseudopair_statistics_and_figure_dag(tmp_path):
     counts = job_counts(result.stdout)
     # 14 pseudopair sets (2 source models x 7 criteria), the reverse set and the 2 x 3 rounds'
     # sets, x 3 seeds; trained: the sources and the models of rounds 1 and 2 that mine rounds 2, 3
-    assert counts["mine"] == (14 + 1 + 6) * 3 and counts["train"] == (2 + 2 * 2) * 3
+    assert counts["mine"] == (14 + 1 + 6) * 3
+    assert model_counts(result.stdout) == {"train": (2 + 2 * 2) * 3, "evaluate": 0}
     assert counts["pseudopair_stats"] == 1 and counts["pseudopair_figure"] == 1
-    assert "evaluate" not in counts
 
 
 def test_paper_data_targets_dry_run_without_data(tmp_path):
@@ -264,10 +298,11 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     by_rule: dict[str, list[dict]] = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
-    assert len(by_rule["train"]) == 24 * 3   # 24 experiments x 3 seeds
-    for job in by_rule["train"]:
+    stacks = [job for job in jobs if job["rule"].startswith("train_stack_")]
+    assert "train" not in by_rule and len(stacks) == 24   # 24 experiments x one block of seeds 1-3
+    for job in stacks:                                       # 3 models: 3 x train's 25 minutes
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
-            ("1", "32000", "120", "gpu", 4)
+            ("1", "32000", "75", "gpu", 4)
     for job in by_rule["features"]:    # 8 decoding workers + 1 forward thread
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
             ("1", "32000", "240", "gpu", 9)
@@ -326,13 +361,14 @@ def test_snakefmt_leaves_the_workflow_unchanged():
 
 
 def test_slurm_dry_run_lists_the_jobs_inside_group_jobs(tmp_path):
-    """Every train and evaluate job of the plan is found, each inside its model's group job."""
+    """Every training and evaluation job of the plan is found, each inside its seed block's group
+    job: Table 1's 5 experiments, seeds 1-3 each one block (training.stack [3])."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "8",
                            "results/table1.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = _job_blocks(result.stdout)
-    counts = job_counts(result.stdout)
-    assert sum(j["rule"] == "train" for j in jobs) == counts["train"] == 5 * 3
-    assert sum(j["rule"] == "evaluate" for j in jobs) == counts["evaluate"] == 5 * 3
-    assert result.stdout.count("Group job model_") == 5 * 3
+    assert sum(j["rule"].startswith("train_stack_") for j in jobs) == 5
+    assert sum(j["rule"].startswith("evaluate_stack_") for j in jobs) == 5
+    assert model_counts(result.stdout) == {"train": 5 * 3, "evaluate": 5 * 3}
+    assert result.stdout.count("Group job stack_") == 5

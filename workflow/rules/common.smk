@@ -8,13 +8,14 @@ from pathlib import Path
 
 from pseudopairs import experiments as ex
 from pseudopairs import layout
+from pseudopairs import seed_blocks as blocks
 
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]
 RESOURCES = config["resources"]
 GPU = RESOURCES["gpu"]
 SPLITS = list(ex.SPLITS)
-MODELS = ex.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
+MODELS = blocks.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
 
 
 wildcard_constraints:
@@ -163,11 +164,11 @@ def training_settings(wildcards):
 
 
 def stack_rules():
-    """(rule name, experiment, seeds) of every train-stack job: the seed blocks of two or more
-    seeds (config training.stack; pseudopairs.experiments.seed_blocks). Their rules have no
+    """The rules of the train-stack jobs as (name, experiment, seeds), one per seed block of two
+    or more seeds (config training.stack; pseudopairs.seed_blocks). Their rules have no
     wildcards, so Snakemake prefers them to rule train for those models."""
     named = {}
-    for name, seeds in ex.stacks(config, MODELS):
+    for name, seeds in blocks.stacks(config, MODELS):
         rule_name = f"train_stack_{re.sub('[^A-Za-z0-9_]', '_', name)}_seeds{seeds[0]}_{seeds[-1]}"
         if rule_name in named:
             raise ValueError(
@@ -198,7 +199,7 @@ def stack_metrics(name, seeds):
 
 
 def stack_evaluation(name, seeds):
-    return as_json(ex.stack_evaluation(config, name, seeds))
+    return as_json(blocks.stack_evaluation(config, name, seeds))
 
 
 def stack_resources(step, n_models):

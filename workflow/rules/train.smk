@@ -10,7 +10,7 @@ for _rule, _name, _seeds in stack_rules():
         name:
             _rule
         input:
-            lambda w, name=_name, seeds=_seeds: ex.stack_inputs(config, name, seeds),
+            lambda w, name=_name, seeds=_seeds: blocks.stack_inputs(config, name, seeds),
         output:
             stack_outputs(_name, _seeds),
         log:
@@ -25,7 +25,9 @@ for _rule, _name, _seeds in stack_rules():
         resources:
             **stack_resources("train", len(_seeds)),
         params:
-            models=lambda w, name=_name, seeds=_seeds: as_json(ex.stack_spec(config, name, seeds)),
+            models=lambda w, name=_name, seeds=_seeds: as_json(
+                blocks.stack_spec(config, name, seeds)
+            ),
             settings=lambda w, name=_name: as_json(ex.job_settings(config, name)),
         shell:
             "python -m pseudopairs train-stack --models {params.models:q} "
@@ -37,7 +39,7 @@ for _rule, _name, _seeds in stack_rules():
         name:
             _rule.replace("train_stack_", "evaluate_stack_")
         input:
-            lambda w, name=_name, seeds=_seeds: ex.stack_evaluation_inputs(config, name, seeds),
+            lambda w, name=_name, seeds=_seeds: blocks.stack_evaluation_inputs(config, name, seeds),
         output:
             stack_metrics(_name, _seeds),
         log:

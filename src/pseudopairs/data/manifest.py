@@ -80,11 +80,11 @@ def refresh_manifest(images: str | os.PathLike, output: str | os.PathLike) -> bo
 
 def _cli_image_manifest(args) -> None:
     manifest = image_manifest(args.images)
-    write_manifest(args.output, manifest)
-    print(f"{args.output}: {manifest['n_images']} images, {manifest['n_missing']} missing")
+    changed = "written" if write_manifest(args.output, manifest) else "unchanged"
+    print(f"{args.output} ({changed}): {manifest['n_images']} images, {manifest['n_missing']} missing")
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "image-manifest", _cli_image_manifest)
-    p.add_argument("--images", required=True, help="image list (Parquet: image_id, path)")
-    p.add_argument("--output", required=True, help="manifest (JSON), rewritten only when it changes")
+    options = cli.add_command(subparsers, "image-manifest", _cli_image_manifest)
+    options.add_argument("--images", required=True, help="image list (Parquet: image_id, path)")
+    options.add_argument("--output", required=True, help="manifest (JSON), rewritten only when it changes")

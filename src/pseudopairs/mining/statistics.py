@@ -332,3 +332,55 @@ def pseudopair_statistics(spec: dict, *, load=None):
             records.append({**base, "statistic": "agreement", "paper": paper.get("agreement", math.nan),
                             "value": _reduced_agreement(ra, rb)})
     return pd.DataFrame.from_records(records, columns=STATS_COLUMNS)
+
+
+def pseudopair_statistics_reference(spec: dict, *, load=None):
+    """:func:`pseudopair_statistics` as computed before it streamed: every frame loaded once and
+    kept until the end, the cross-set figures from the frame functions
+    (:func:`transferred_jaccard`, :func:`image_agreement`) — the definitions the streaming code
+    reproduces exactly (tests) and the plain reference of ``benchmarks/statistics_memory.py``.
+    Same columns; the paper's figures are left out (NaN)."""
+    import itertools
+    import json
+
+    import pandas as pd
+
+    from pseudopairs.io import read_pairs
+
+    def default_load(name, seed):
+        files = spec["files"][name][str(seed)]
+        return read_pairs(files["pairs"]), json.loads(Path(files["stats"]).read_text(encoding="utf-8"))
+
+    load = load or default_load
+    cache: dict = {}
+
+    def get(name, seed):
+        if (name, seed) not in cache:
+            cache[name, seed] = load(name, seed)
+        return cache[name, seed]
+
+    records = []
+    for name, info in spec["sets"].items():
+        base = {"pseudopairs": name, "criterion": info["criterion"], "source": info["source"],
+                "compared_with": "", "paper": math.nan}
+        for seed in spec["seeds"]:
+            pairs, stats = get(name, seed)
+            values = run_statistics(pairs, n_database=stats["n_database"],
+                                    database_unique_texts=stats["n_database_unique_texts"], top=spec["top"])
+            records += [{**base, "statistic": k, "seeds": str(seed), "value": values[k]} for k in PER_RUN]
+        for s1, s2 in itertools.combinations(spec["seeds"], 2):
+            (p1, _), (p2, _) = get(name, s1), get(name, s2)
+            records += [{**base, "statistic": "jaccard_seeds", "seeds": f"{s1},{s2}",
+                         "value": transferred_jaccard(p1["match_row"], p2["match_row"])},
+                        {**base, "statistic": "agreement_seeds", "seeds": f"{s1},{s2}",
+                         "value": image_agreement(p1, p2)}]
+    for c in spec.get("compare", []):
+        for seed in spec["seeds"]:
+            (pa, _), (pb, _) = get(c["a"], seed), get(c["b"], seed)
+            base = {"pseudopairs": c["a"], "criterion": spec["sets"][c["a"]]["criterion"],
+                    "source": spec["sets"][c["a"]]["source"], "compared_with": c["b"],
+                    "seeds": str(seed), "paper": math.nan}
+            records += [{**base, "statistic": "jaccard",
+                         "value": transferred_jaccard(pa["match_row"], pb["match_row"])},
+                        {**base, "statistic": "agreement", "value": image_agreement(pa, pb)}]
+    return pd.DataFrame.from_records(records, columns=STATS_COLUMNS)

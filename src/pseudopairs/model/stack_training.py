@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -37,7 +36,7 @@ from pseudopairs import cli
 from pseudopairs.model.batches import C2IBatch
 from pseudopairs.model.settings import check_settings
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
-from pseudopairs.model.training import CHECKPOINT, LOSS_READBACK_EVERY, _Run
+from pseudopairs.model.training import LOSS_READBACK_EVERY, _Run, cli_settings, summary_line
 from pseudopairs.settings import resolve_device
 
 log = logging.getLogger(__name__)
@@ -172,14 +171,9 @@ def train_stack(*, jobs: Sequence[dict], settings: dict) -> list[dict]:
 
 
 def _cli_train_stack(args: argparse.Namespace) -> None:
-    settings = dict(args.settings)
-    if args.threads is not None:
-        settings["threads"] = args.threads
     jobs = [{"seed": int(seed), **model} for seed, model in args.models.items()]
-    for summary, job in zip(train_stack(jobs=jobs, settings=settings), jobs):
-        print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
-              f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
-              f"({summary['stop_reason']}) -> {Path(job['out_dir']) / CHECKPOINT}")
+    for summary, job in zip(train_stack(jobs=jobs, settings=cli_settings(args)), jobs):
+        print(summary_line(summary, job["out_dir"]))
 
 
 def register_cli(subparsers) -> None:

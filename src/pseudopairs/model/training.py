@@ -308,7 +308,6 @@ class _Run:
                 or p.update - self.saved_at >= every)
 
     def stop_non_finite(self, what: str) -> None:
-        p = self.progress
         kept = (f"the state last saved (at the validation of update {self.saved_at}) is kept in "
                 f"{self.last_path} (pseudopairs.model.checkpoints.load_model reads its best "
                 "weights); rerunning with the same settings resumes from it and meets the same "
@@ -434,14 +433,23 @@ def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def _cli_train(args: argparse.Namespace) -> None:
+def cli_settings(args: argparse.Namespace) -> dict:
+    """``--settings`` with ``--threads`` (the cores the scheduler granted: Snakemake's {threads})."""
     settings = dict(args.settings)
-    if args.threads is not None:  # the cores the scheduler granted (Snakemake's {threads})
+    if args.threads is not None:
         settings["threads"] = args.threads
-    summary = train(spec=args.spec, settings=settings, out_dir=args.out_dir, seed=args.seed)
-    print(f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
-          f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
-          f"({summary['stop_reason']}) -> {Path(args.out_dir) / CHECKPOINT}")
+    return settings
+
+
+def summary_line(summary: dict, out_dir) -> str:
+    return (f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
+            f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
+            f"({summary['stop_reason']}) -> {Path(out_dir) / CHECKPOINT}")
+
+
+def _cli_train(args: argparse.Namespace) -> None:
+    summary = train(spec=args.spec, settings=cli_settings(args), out_dir=args.out_dir, seed=args.seed)
+    print(summary_line(summary, args.out_dir))
 
 
 def register_cli(subparsers) -> None:

@@ -1,0 +1,94 @@
+"""Seed blocks: which seeds of an experiment are trained together in one job (config
+``training.stack``; the ``train-stack`` step, :mod:`pseudopairs.model.stack_training`), and the
+specs and inputs of a block's training and evaluation jobs. The workflow's rules
+(``workflow/rules/train.smk``) are generated from :func:`stacks`.
+
+Blocks are fixed by seed numbers — the sizes of consecutive blocks from seed 1, the last size
+repeating — and hold the seeds the config's outputs need (:func:`model_seeds`), so adding a seed
+in a new block changes no other block's job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pseudopairs import experiments as ex
+from pseudopairs import layout
+
+
+def model_seeds(config: dict) -> dict[str, list[int]]:
+    """Every model the config's outputs need, experiment -> seeds (ascending): the tables' models
+    at their tables' seeds (:func:`shown_models`), the sources of the pseudopair sets at the
+    config's seeds (the §7.2 statistics), and, closed under what training reads, every
+    fine-tuning source and pseudopair source at the seed of the model that reads it."""
+    needed: dict[str, set[int]] = {name: set(seeds) for name, seeds in ex.shown_models(config).items()}
+    for name in ex.pseudopair_sets(config):
+        needed.setdefault(ex.pseudopair_set(config, name)["source"], set()).update(config["seeds"])
+    work = [(name, seed) for name, seeds in needed.items() for seed in seeds]
+    while work:
+        name, seed = work.pop()
+        if name not in config["experiments"]:
+            continue
+        exp = ex.experiment(config, name)
+        sources = [exp["finetune"]] if exp.get("finetune") else []
+        for ds in exp["c2i"] + [d for pair in exp.get("c2c", []) for d in pair]:
+            if ex.dataset_kind(config, ds) == "pseudopairs":
+                sources.append(ex.pseudopair_set(config, ex.dataset(config, ds)["pseudopairs"])["source"])
+        for source in sources:
+            if seed not in needed.setdefault(source, set()):
+                needed[source].add(seed)
+                work.append((source, seed))
+    return {name: sorted(seeds) for name, seeds in needed.items()}
+
+
+def seed_block(seed: int, sizes: list[int]) -> int:
+    """The index of the seed block holding ``seed`` (``training.stack``: the sizes of consecutive
+    blocks from seed 1, the last size repeating); a seed below 1 is a block of its own (< 0)."""
+    if seed < 1:
+        return seed - 1
+    start = 1
+    for index, size in enumerate(sizes):
+        if seed < start + size:
+            return index
+        start += size
+    return len(sizes) + (seed - start) // sizes[-1]
+
+
+def seed_blocks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
+    """Experiment ``name``'s ``seeds`` (those the outputs need: :func:`model_seeds`) grouped into
+    the blocks its models are trained in, one job each, by ``training.stack`` (the experiment's
+    own, else the config's). Block boundaries are fixed by seed numbers, so a seed added in a new
+    block changes no other block's job."""
+    sizes = list(ex.training_settings(config, name).get("stack") or [1])
+    blocks: dict[int, list[int]] = {}
+    for seed in sorted(seeds):
+        blocks.setdefault(seed_block(seed, sizes), []).append(seed)
+    return list(blocks.values())
+
+
+def stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
+    """Every (experiment, seeds) block of two or more seeds of ``models`` (:func:`model_seeds`):
+    one ``train-stack`` job each (a block of one seed is an ordinary ``train`` job)."""
+    return [(name, block) for name, seeds in models.items() if name in config["experiments"]
+            for block in seed_blocks(config, name, seeds) if len(block) > 1]
+
+
+def stack_spec(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, Any]]:
+    """The ``train-stack`` step's models, by seed: each seed's training spec and model directory."""
+    return {str(seed): {"spec": ex.training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
+            for seed in seeds}
+
+
+def stack_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
+    return sorted({path for seed in seeds for path in ex.training_inputs(config, name, seed)})
+
+
+def stack_evaluation(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, str]]:
+    """The ``evaluate-stack`` step's models, by seed: checkpoint, vocabulary and metrics file."""
+    return {str(seed): {"checkpoint": layout.checkpoint(name, seed), "vocab": layout.model_vocabulary(name, seed),
+                        "output": layout.metrics(name, seed)}
+            for seed in seeds}
+
+
+def stack_evaluation_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
+    return sorted({path for seed in seeds for path in ex.evaluation_inputs(config, name, seed)})
