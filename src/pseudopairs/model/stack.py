@@ -11,8 +11,9 @@ ones, which keeps a GPU busy where one model of the paper's size leaves it mostl
   (same dimensions; vocabularies may differ in size: the embedding tables are padded to the
   largest, and the rows beyond a model's vocabulary never receive a gradient). Its caption encoder
   is the GRU of ``torch.nn.GRU`` written out step by step (gates r, z, n in PyTorch's order and
-  formula), batched over models; a caption's state stops changing after its last real token, so
-  the final state is the state after the last real token, as with packed sequences.
+  formula), batched over models, with a hand-written backward through time
+  (:mod:`pseudopairs.model.stacked_gru`); a caption's state stops changing after its last real
+  token, so the final state is the state after the last real token, as with packed sequences.
 - :func:`stacked_contrastive_loss` — the VSE++ hinge loss of each model (cosine similarity),
   ``(S, B, d)`` × ``(S, B, d)`` → ``(S,)``, equal to
   :func:`~pseudopairs.model.losses.contrastive_loss` per model.
