@@ -39,6 +39,21 @@ def as_json(value, *, sort_keys=True):
     return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"))
 
 
+def from_wildcards(function, *names, key=None, to_json=False, sort_keys=True):
+    """A rule's input function or param: ``function(config, *values)`` of the job's wildcards
+    ``names`` (``seed`` as an int), its ``key`` if given, as a JSON string with ``to_json`` -- the
+    one bridge from a job's wildcards to the stages' functions (pseudopairs.experiments,
+    pseudopairs.rounds, pseudopairs.seed_blocks), so no function here only forwards to them."""
+
+    def call(wildcards):
+        values = [int(wildcards[n]) if n == "seed" else wildcards[n] for n in names]
+        result = function(config, *values)
+        result = result if key is None else result[key]
+        return as_json(result, sort_keys=sort_keys) if to_json else result
+
+    return call
+
+
 def mem_mb(rule):
     """Memory of one job of ``rule`` in MB (config ``resources.mem_mb``, else its ``default``),
     multiplied by the attempt number, so a job killed for memory and retried (``--retries``, set
@@ -151,18 +166,6 @@ def pseudopair_outputs():
 # gives Snakemake).
 
 
-def training_inputs(wildcards):
-    return ex.training_inputs(config, wildcards.experiment, int(wildcards.seed))
-
-
-def training_spec(wildcards):
-    return as_json(ex.training_spec(config, wildcards.experiment, int(wildcards.seed)))
-
-
-def training_settings(wildcards):
-    return as_json(ex.job_settings(config, wildcards.experiment))
-
-
 def stack_rules():
     """The rules of the train-stack jobs as (name, experiment, seeds), one per seed block of two
     or more seeds (config training.stack; pseudopairs.seed_blocks). Their rules have no
@@ -198,10 +201,6 @@ def stack_metrics(name, seeds):
     return [layout.metrics(name, seed) for seed in seeds]
 
 
-def stack_evaluation(name, seeds):
-    return as_json(blocks.stack_evaluation(config, name, seeds))
-
-
 def stack_resources(step, n_models):
     """The resources of a stack's ``step`` (train or evaluate) for ``n_models`` models: its
     walltime × the models (for training an upper bound: on a GPU a stack of S runs faster than S
@@ -212,37 +211,9 @@ def stack_resources(step, n_models):
     return job_resources(step, gpu=True, **placed)
 
 
-def evaluation_inputs(wildcards):
-    return ex.evaluation_inputs(config, wildcards.experiment, int(wildcards.seed))
-
-
-def evaluation_spec(wildcards):
-    return as_json(ex.evaluation_spec(config, wildcards.experiment))
-
-
-def mining_inputs(wildcards):
-    return ex.mining_inputs(config, wildcards.pseudopairs, int(wildcards.seed))
-
-
-def mining_spec(wildcards):
-    return as_json(ex.mining_spec(config, wildcards.pseudopairs, int(wildcards.seed)))
-
-
-def pseudopair_stats_inputs():
-    return ex.pseudopair_stats_inputs(config)
-
-
-def pseudopair_stats_spec():
-    return as_json(ex.pseudopair_stats_spec(config), sort_keys=False)
-
-
 def pseudopair_stats_outputs():
     """The §7.2 statistics table, when the config declares pseudopair sets (for tables.md)."""
     return [layout.pseudopair_stats()] if ex.pseudopair_sets(config) else []
-
-
-def pseudopair_figure_inputs():
-    return ex.pseudopair_figure_inputs(config)
 
 
 def pseudopair_figure_spec():
@@ -267,32 +238,6 @@ def rounds_chain_pattern():
     return "|".join(re.escape(name) for name in names) if names else "$^"
 
 
-def rounds_summary_inputs(wildcards):
-    return chains_of_rounds.summary_inputs(config, wildcards.chain)
-
-
-def rounds_summary_spec(wildcards):
-    return as_json(chains_of_rounds.summary_spec(config, wildcards.chain), sort_keys=False)
-
-
-def table_inputs(wildcards):
-    return ex.table_inputs(config, wildcards.table)
-
-
-def table_spec(wildcards):
-    """The table's config entry (YAML order kept: it orders Table 7's direction columns) and its
-    metrics files."""
-    return as_json(ex.table_spec(config, wildcards.table), sort_keys=False)
-
-
-def method_check_inputs():
-    return ex.method_check_inputs(config)
-
-
-def method_check_spec():
-    return as_json(ex.method_check_spec(config), sort_keys=False)
-
-
 def training_runs_outputs():
     """How every table's training runs ended (written by rule method_check with its CSV)."""
     return [layout.training_runs()] if method_check_outputs() else []
@@ -303,40 +248,8 @@ def method_check_outputs():
     return [layout.method_check()] if config.get("method_check", {}).get("effects") else []
 
 
-def training_curves_inputs():
-    return ex.training_logs(config)
-
-
-def training_curves_spec():
-    return as_json(ex.training_curves_spec(config), sort_keys=False)
-
-
 def truecaser_inputs():
     return [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)]
-
-
-def translation_source_captions(wildcards):
-    return ex.translation_source(config, wildcards.dataset)["captions"]
-
-
-def translation_source_lang(wildcards):
-    return ex.translation_source(config, wildcards.dataset)["lang"]
-
-
-def translation_target_lang(wildcards):
-    return ex.dataset(config, wildcards.dataset)["lang"]
-
-
-def selection_source(wildcards):
-    return ex.selection_spec(config, wildcards.dataset)["captions"]
-
-
-def selection_lang(wildcards):
-    return ex.selection_spec(config, wildcards.dataset)["lang"]
-
-
-def selection_select(wildcards):
-    return as_json(ex.selection_spec(config, wildcards.dataset)["select"])
 
 
 def selection_dataset_pattern():

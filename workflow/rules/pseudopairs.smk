@@ -12,7 +12,7 @@ localrules:
 
 rule mine:
     input:
-        mining_inputs,
+        from_wildcards(ex.mining_inputs, "pseudopairs", "seed"),
     output:
         pairs=layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
         stats=layout.pseudopair_mining_stats("{pseudopairs}", "{seed}"),
@@ -26,7 +26,7 @@ rule mine:
     resources:
         **job_resources("mine", gpu=True),
     params:
-        spec=mining_spec,
+        spec=from_wildcards(ex.mining_spec, "pseudopairs", "seed", to_json=True),
     shell:
         "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs:q} "
         "--stats {output.stats:q} > {log:q} 2>&1"
@@ -52,7 +52,7 @@ rule pseudopair_captions:
 
 rule pseudopair_stats:
     input:
-        pseudopair_stats_inputs(),
+        ex.pseudopair_stats_inputs(config),
     output:
         stats=report(
             layout.pseudopair_stats(),
@@ -81,7 +81,7 @@ rule pseudopair_stats:
     resources:
         **job_resources("pseudopair_stats"),
     params:
-        spec=pseudopair_stats_spec(),
+        spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats:q} "
         "--plot {output.plot:q} --histogram {output.histogram:q} > {log:q} 2>&1"
@@ -89,7 +89,7 @@ rule pseudopair_stats:
 
 rule pseudopair_figure:
     input:
-        pseudopair_figure_inputs(),
+        ex.pseudopair_figure_inputs(config),
     output:
         png=report(
             layout.pseudopair_figure("png"),

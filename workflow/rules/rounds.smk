@@ -3,7 +3,7 @@
 # rules. This rule summarises a chain: per round the validation and test scores, the §7.2 shares
 # of its pairs and their overlap with the previous round's, and the round a validation-driven stop
 # keeps (every round is trained: the DAG is static; the stop rule is applied afterwards).
-# Input functions: common.smk (rounds_summary_inputs, rounds_summary_spec, rounds_outputs).
+# Inputs and spec: pseudopairs.rounds (summary_inputs, summary_spec); rounds_outputs in common.smk.
 
 
 # Seconds of work each: run where Snakemake runs, never submitted to a cluster.
@@ -13,7 +13,7 @@ localrules:
 
 rule rounds_summary:
     input:
-        rounds_summary_inputs,
+        from_wildcards(chains_of_rounds.summary_inputs, "chain"),
     output:
         csv=layout.rounds_summary("{chain}"),
         png=report(
@@ -33,7 +33,7 @@ rule rounds_summary:
     resources:
         **job_resources("rounds_summary"),
     params:
-        spec=rounds_summary_spec,
+        spec=from_wildcards(chains_of_rounds.summary_spec, "chain", to_json=True, sort_keys=False),
     shell:
         "python -m pseudopairs rounds-summary --spec {params.spec:q} --output {output.csv:q} "
         "--figure {output.png:q} > {log:q} 2>&1"

@@ -54,7 +54,9 @@ for _rule, _name, _seeds in stack_rules():
         resources:
             **stack_resources("evaluate", len(_seeds)),
         params:
-            models=lambda w, name=_name, seeds=_seeds: stack_evaluation(name, seeds),
+            models=lambda w, name=_name, seeds=_seeds: as_json(
+                blocks.stack_evaluation(config, name, seeds)
+            ),
             spec=lambda w, name=_name: as_json(ex.evaluation_spec(config, name)),
             experiment=_name,
             device=config["training"]["device"],
@@ -66,7 +68,7 @@ for _rule, _name, _seeds in stack_rules():
 
 rule train:
     input:
-        training_inputs,
+        from_wildcards(ex.training_inputs, "experiment", "seed"),
     output:
         checkpoint=layout.checkpoint("{experiment}", "{seed}"),
         vocab=layout.model_vocabulary("{experiment}", "{seed}"),
@@ -85,8 +87,8 @@ rule train:
     resources:
         **job_resources("train", gpu=True, grouped_with=["evaluate"]),
     params:
-        spec=training_spec,
-        settings=training_settings,
+        spec=from_wildcards(ex.training_spec, "experiment", "seed", to_json=True),
+        settings=from_wildcards(ex.job_settings, "experiment", to_json=True),
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     shell:
         "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
@@ -95,7 +97,7 @@ rule train:
 
 rule evaluate:
     input:
-        evaluation_inputs,
+        from_wildcards(ex.evaluation_inputs, "experiment", "seed"),
     output:
         layout.metrics("{experiment}", "{seed}"),
     log:
@@ -110,7 +112,7 @@ rule evaluate:
     resources:
         **job_resources("evaluate", gpu=True, placed_with="train", grouped_with=["train"]),
     params:
-        spec=evaluation_spec,
+        spec=from_wildcards(ex.evaluation_spec, "experiment", to_json=True),
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
         vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
         device=config["training"]["device"],

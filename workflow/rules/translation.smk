@@ -96,7 +96,7 @@ rule convert_mt:
 rule translate:
     input:
         model=layout.translation_model(),
-        captions=translation_source_captions,
+        captions=from_wildcards(ex.translation_source, "dataset", key="captions"),
         truecase=translation_truecase_inputs,
     output:
         captions=layout.translated_captions("{dataset}"),
@@ -115,8 +115,8 @@ rule translate:
         **job_resources("translate", gpu=config["translation"]["translate"].get("device") != "cpu"),
     params:
         settings=as_json(translate_settings()),
-        source_lang=translation_source_lang,
-        target_lang=translation_target_lang,
+        source_lang=from_wildcards(ex.translation_source, "dataset", key="lang"),
+        target_lang=from_wildcards(ex.dataset, "dataset", key="lang"),
         case=config["text"]["case"],
         truecase=translation_truecase_args,
     shell:
