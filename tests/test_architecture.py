@@ -96,6 +96,17 @@ def test_no_import_cycle():
     assert "pseudopairs.mining.step" not in edges["pseudopairs.mining.statistics"]
 
 
+def test_only_the_command_line_imports_the_command_line():
+    """The command line is one adapter that imports the stages: no other module imports
+    pseudopairs.cli (module level or inside functions), except ``__main__``, its entry point for
+    ``python -m pseudopairs``. A stage declares its commands with pseudopairs.commands, which
+    imports no stage."""
+    edges = import_graph()
+    offenders = sorted(m for m, targets in edges.items() if "pseudopairs.cli" in targets)
+    assert offenders == ["pseudopairs.__main__"], f"modules that import pseudopairs.cli: {offenders}"
+    assert edges["pseudopairs.commands"] <= {"pseudopairs.io"}, edges["pseudopairs.commands"]
+
+
 def test_the_public_names_other_checks_call_are_importable():
     from pseudopairs.evaluation import retrieval_metrics
     from pseudopairs.mining import nearest_neighbours

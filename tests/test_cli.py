@@ -1,6 +1,6 @@
-"""The command line: every command is declared once (stage, module, summary) in cli.COMMANDS; a
-job imports only its own step's module; ``pseudopairs --help`` lists the steps by stage without
-importing any of them; failures are one line."""
+"""The command line: every command is declared once (stage, module, summary) in
+pseudopairs.commands.COMMANDS; a job imports only its own step's module; ``pseudopairs --help``
+lists the steps by stage without importing any of them; failures are one line."""
 
 from __future__ import annotations
 

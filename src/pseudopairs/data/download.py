@@ -37,7 +37,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_directory
 
 log = logging.getLogger(__name__)
@@ -489,7 +489,7 @@ def _cmd_extract(args) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "download", _cmd_download,
+    p = commands.add_command(subparsers, "download", _cmd_download,
     )
     p.add_argument("--url", required=True, help="http(s) URL, file:// URL or local path")
     p.add_argument("--output", required=True, help="destination file")
@@ -503,7 +503,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--backoff", type=float, default=1.0,
                    help="first retry delay in seconds, doubled each retry (default 1)")
 
-    p = cli.add_command(subparsers, "extract", _cmd_extract)
+    p = commands.add_command(subparsers, "extract", _cmd_extract)
     p.add_argument("--archive", required=True)
     p.add_argument("--output", required=True, help="destination directory (must not exist)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing destination directory")

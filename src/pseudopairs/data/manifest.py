@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pseudopairs import cli
+from pseudopairs import commands
 
 MANIFEST_VERSION = 1
 
@@ -85,6 +85,6 @@ def _cli_image_manifest(args) -> None:
 
 
 def register_cli(subparsers) -> None:
-    options = cli.add_command(subparsers, "image-manifest", _cli_image_manifest)
+    options = commands.add_command(subparsers, "image-manifest", _cli_image_manifest)
     options.add_argument("--images", required=True, help="image list (Parquet: image_id, path)")
     options.add_argument("--output", required=True, help="manifest (JSON), rewritten only when it changes")

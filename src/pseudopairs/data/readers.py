@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_json_atomic, write_parquet_atomic
 
 log = logging.getLogger(__name__)
@@ -424,7 +424,7 @@ def _cmd_read_coco(args) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "read-multi30k", _cmd_read_multi30k)
+    p = commands.add_command(subparsers, "read-multi30k", _cmd_read_multi30k)
     p.add_argument("--root", required=True, help="Multi30K data folder (holds task1/ and task2/)")
     p.add_argument("--task", required=True, choices=sorted(MULTI30K_CORPUS))
     p.add_argument("--split", required=True, help="upstream split name, e.g. train, val, test_2016, test_2016_flickr")
@@ -437,7 +437,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--images-dir", default=None, help="Flickr30K image folder, used for the image paths")
     p.add_argument("--images-out", default=None, help="image list (.parquet)")
 
-    p = cli.add_command(subparsers, "read-coco", _cmd_read_coco)
+    p = commands.add_command(subparsers, "read-coco", _cmd_read_coco)
     p.add_argument("--karpathy-json", required=True, help="dataset_coco.json (or caption_datasets.zip)")
     p.add_argument("--split", required=True, choices=sorted(COCO_SPLITS),
                    help="canonical split (train = Karpathy train + restval)")

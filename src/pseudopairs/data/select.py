@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import check_caption_texts, read_captions, write_parquet_atomic
 
 
@@ -111,9 +111,9 @@ def _cli_select(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "select-captions", _cli_select)
+    p = commands.add_command(subparsers, "select-captions", _cli_select)
     p.add_argument("--captions", required=True, help="prepared training caption table of the corpus")
     p.add_argument("--lang", required=True)
-    cli.add_json(p, "--select", "the data set's select entry (images / captions_per_image / seed)")
+    commands.add_json(p, "--select", "the data set's select entry (images / captions_per_image / seed)")
     p.add_argument("--dataset", required=True, help="the data set's name (the table's dataset column)")
     p.add_argument("--output", required=True)

@@ -70,7 +70,7 @@ from typing import Iterable
 from sacremoses import MosesPunctNormalizer, MosesTokenizer, MosesTruecaser
 from sacremoses.corpus import NonbreakingPrefixes
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_path, check_caption_texts, read_captions, write_parquet_atomic
 
 CASES = ("lowercase", "truecase")
@@ -553,23 +553,23 @@ def _cli_train_truecaser(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "prepare-text", _cli_prepare_text)
+    p = commands.add_command(subparsers, "prepare-text", _cli_prepare_text)
     p.add_argument("--lang", required=True, help="language code (en, de, fr, cs, …)")
     p.add_argument("input", help="UTF-8 text file, one caption per line (.gz accepted)")
     p.add_argument("output", help="output text file (.gz if it ends in .gz)")
     p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
     p.add_argument("--truecase-model", default=None, help="truecase model (with --case truecase)")
-    cli.add_json(p, "--settings", "the config's text section", required=False)
+    commands.add_json(p, "--settings", "the config's text section", required=False)
 
-    p = cli.add_command(subparsers, "prepare-captions", _cli_prepare_captions)
+    p = commands.add_command(subparsers, "prepare-captions", _cli_prepare_captions)
     p.add_argument("--input", required=True, help="raw caption table (.parquet)")
     p.add_argument("--output", required=True, help="prepared caption table (.parquet)")
     p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
     p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
                    help="truecase model per language (repeat; with --case truecase)")
-    cli.add_json(p, "--settings", "the config's text section", required=False)
+    commands.add_json(p, "--settings", "the config's text section", required=False)
 
-    p = cli.add_command(subparsers, "train-truecaser", _cli_train_truecaser)
+    p = commands.add_command(subparsers, "train-truecaser", _cli_train_truecaser)
     p.add_argument("--input", required=True, nargs="+", help="raw caption tables (.parquet)")
     p.add_argument("--lang", required=True)
     p.add_argument("--output", required=True, help="truecase model file")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.evaluation.metrics import retrieval_metrics, translation_retrieval
 from pseudopairs.evaluation.ranks import _validate_retrieval_inputs, _validate_translation_inputs
 from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
@@ -183,37 +183,37 @@ def _cli_score_translation(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "evaluate", _cli_evaluate)
+    p = commands.add_command(subparsers, "evaluate", _cli_evaluate)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--vocab", required=True)
-    cli.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
+    commands.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
     p.add_argument("--experiment", required=True)
     p.add_argument("--seed", type=int, required=True)
-    cli.add_device(p)
-    cli.add_threads(p, default=1)
+    commands.add_device(p)
+    commands.add_threads(p, default=1)
     p.add_argument("--output", required=True, help="metrics.json (written atomically)")
 
-    p = cli.add_command(subparsers, "evaluate-stack", _cli_evaluate_stack)
-    cli.add_json(p, "--models", "the stack's models by seed: {seed: {checkpoint, vocab, output}}")
-    cli.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
+    p = commands.add_command(subparsers, "evaluate-stack", _cli_evaluate_stack)
+    commands.add_json(p, "--models", "the stack's models by seed: {seed: {checkpoint, vocab, output}}")
+    commands.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
     p.add_argument("--experiment", required=True)
-    cli.add_device(p)
-    cli.add_threads(p, default=1)
+    commands.add_device(p)
+    commands.add_threads(p, default=1)
 
-    p = cli.add_command(subparsers, "score-embeddings", _cli_score_embeddings)
+    p = commands.add_command(subparsers, "score-embeddings", _cli_score_embeddings)
     p.add_argument("--images", required=True, help="image embeddings, (n_images, d) .npy")
     p.add_argument("--captions", required=True, help="caption embeddings, (n_captions, d) .npy")
     p.add_argument("--caption-image-index", required=True,
                    help="integer .npy of length n_captions: row of each caption's image in --images")
     p.add_argument("--output", required=True, help="metrics JSON (written atomically)")
-    cli.add_device(p)
+    commands.add_device(p)
     p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")
     p.add_argument("--similarity", default="cosine", choices=SIMILARITIES.names(),
                    help="the similarity to rank with (order: image = v; default: cosine)")
 
-    p = cli.add_command(subparsers, "score-translation", _cli_score_translation)
+    p = commands.add_command(subparsers, "score-translation", _cli_score_translation)
     p.add_argument("--source", required=True, help="source-language embeddings, (n, d) .npy")
     p.add_argument("--target", required=True, help="target-language embeddings, (n, d) .npy; row i translates source row i")
     p.add_argument("--output", required=True, help='JSON {"r1": ...} (written atomically)')
-    cli.add_device(p)
+    commands.add_device(p)
     p.add_argument("--block-size", type=int, default=None, help="queries per score block (default: auto)")

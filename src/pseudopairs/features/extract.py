@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.features.network import (FEATURE_DIMS, _collate, _ImageDataset, autocast_dtype,
                                           build_model, forward, forward_threads, prepare_model,
                                           resolve_device)
@@ -332,11 +332,11 @@ def _cmd_features(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "features", _cmd_features,
+    p = commands.add_command(subparsers, "features", _cmd_features,
         description="Extract ResNet average-pool features (features.arch) for every image of an image "
                     "list (rows in its order); resumable through shards.")
     p.add_argument("--images", required=True, help="image list Parquet (image_id, path)")
     p.add_argument("--output", required=True, help="feature file (.npz or .parquet = features.format)")
     p.add_argument("--skipped", required=True, help="TSV of skipped images (image_id, path, reason); always written")
-    cli.add_json(p, "--settings", "the features config section")
+    commands.add_json(p, "--settings", "the features config section")
     p.add_argument("--shard-dir", default=None, help="resumable shards (default: {output}.shards/)")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.io import atomic_path, write_text_atomic
 from pseudopairs.settings import Settings, setting
@@ -214,10 +214,10 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "pretrain-features", _cmd_pretrain,
+    p = commands.add_command(subparsers, "pretrain-features", _cmd_pretrain,
         description="Train features.arch on freshly rendered world scenes to name what they show; "
                     "write its state dict (for features.weights) and a JSON report beside it.")
-    cli.add_json(p, "--world", "the world config section's scene keys (seed, image_size, max_*)")
-    cli.add_json(p, "--settings", "the feature_pretraining config section")
-    cli.add_json(p, "--features", "the features config section (arch, resize, crop)")
+    commands.add_json(p, "--world", "the world config section's scene keys (seed, image_size, max_*)")
+    commands.add_json(p, "--settings", "the feature_pretraining config section")
+    commands.add_json(p, "--features", "the features config section (arch, resize, crop)")
     p.add_argument("--output", required=True, help="state dict to write (.pt); the report goes to OUTPUT.json")

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import (check_caption_texts, read_captions, read_pairs,
                             write_json_atomic, write_parquet_atomic)
 from pseudopairs.mining.search import nearest_neighbours, pair_cosines
@@ -156,12 +156,12 @@ def _cli_pseudopair_captions(args) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "mine", _cli_mine)
-    cli.add_json(p, "--spec", "resolved mining inputs (experiments.mining_spec)")
-    cli.add_threads(p, default=1)
+    p = commands.add_command(subparsers, "mine", _cli_mine)
+    commands.add_json(p, "--spec", "resolved mining inputs (experiments.mining_spec)")
+    commands.add_threads(p, default=1)
     p.add_argument("--pairs", required=True, help="pairs.parquet (written atomically)")
     p.add_argument("--stats", required=True, help="stats.json (written atomically)")
-    p = cli.add_command(subparsers, "pseudopair-captions", _cli_pseudopair_captions)
+    p = commands.add_command(subparsers, "pseudopair-captions", _cli_pseudopair_captions)
     p.add_argument("--pairs", required=True)
     p.add_argument("--min-percentile", type=float, required=True)
     p.add_argument("--dataset", required=True, help="value of the table's dataset column")

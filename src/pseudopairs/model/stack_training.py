@@ -32,7 +32,7 @@ from typing import Sequence
 import torch
 from tqdm import tqdm
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.model.batches import C2IBatch
 from pseudopairs.model.settings import check_settings
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
@@ -177,7 +177,7 @@ def _cli_train_stack(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "train-stack", _cli_train_stack)
-    cli.add_json(p, "--models", "the block's models by seed: {seed: {spec (experiments.training_spec), out_dir}}")
-    cli.add_json(p, "--settings", "the config's training section merged with model")
-    cli.add_threads(p)
+    p = commands.add_command(subparsers, "train-stack", _cli_train_stack)
+    commands.add_json(p, "--models", "the block's models by seed: {seed: {spec (experiments.training_spec), out_dir}}")
+    commands.add_json(p, "--settings", "the config's training section merged with model")
+    commands.add_threads(p)

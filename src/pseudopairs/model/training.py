@@ -56,7 +56,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import write_json_atomic, write_text_atomic
 from pseudopairs.model.batches import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, TaskSampler,
                                        stream_rng)
@@ -453,10 +453,10 @@ def _cli_train(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "train", _cli_train)
-    cli.add_json(p, "--spec", "resolved experiment inputs (experiments.training_spec)")
-    cli.add_json(p, "--settings", "the config's training section merged with model")
+    p = commands.add_command(subparsers, "train", _cli_train)
+    commands.add_json(p, "--spec", "resolved experiment inputs (experiments.training_spec)")
+    commands.add_json(p, "--settings", "the config's training section merged with model")
     p.add_argument("--out-dir", required=True,
                    help="model directory (checkpoint.pt, vocab.json, train_log.csv)")
     p.add_argument("--seed", type=int, required=True)
-    cli.add_threads(p)
+    commands.add_threads(p)

@@ -20,7 +20,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.experiments import row_experiments
 from pseudopairs.io import atomic_path, read_pairs, write_text_atomic
 
@@ -248,14 +248,14 @@ def _cli_training_curves(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "pseudopair-figure", _cli_figure)
-    cli.add_json(p, "--spec", "experiments.pseudopair_figure_spec")
+    p = commands.add_command(subparsers, "pseudopair-figure", _cli_figure)
+    commands.add_json(p, "--spec", "experiments.pseudopair_figure_spec")
     p.add_argument("--png", required=True)
     p.add_argument("--html", required=True)
-    p = cli.add_command(subparsers, "training-curves", _cli_training_curves)
-    cli.add_json(p, "--spec", "the tables and their training logs (experiments.training_curves_spec)")
+    p = commands.add_command(subparsers, "training-curves", _cli_training_curves)
+    commands.add_json(p, "--spec", "the tables and their training logs (experiments.training_curves_spec)")
     p.add_argument("--output", required=True, help="PNG")
-    p = cli.add_command(subparsers, "table-figure", _cli_table_figure)
-    cli.add_json(p, "--spec", "the table's config entry")
+    p = commands.add_command(subparsers, "table-figure", _cli_table_figure)
+    commands.add_json(p, "--spec", "the table's config entry")
     p.add_argument("--table", required=True, help="the table's CSV (pseudopairs table)")
     p.add_argument("--output", required=True, help="PNG")

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import write_text_atomic
 from pseudopairs.report.tables import _PERCENT as PERCENT_STATISTICS
 from pseudopairs.report.tables import (
@@ -572,10 +572,10 @@ def _cli_page(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "report-page", _cli_page)
+    p = commands.add_command(subparsers, "report-page", _cli_page)
     p.add_argument("--output", required=True, help="the HTML page")
     p.add_argument("--title", default=None, help="default: the one table's title, else 'Results'")
-    cli.add_json(p, "--specs", "the config's tables section (titles, kinds, languages)", required=False)
+    commands.add_json(p, "--specs", "the config's tables section (titles, kinds, languages)", required=False)
     p.add_argument("--table", action="append", default=[], metavar="CSV",
                    help="a table written by `table` (its name, the file's stem, picks its --specs entry)")
     p.add_argument("--csv", nargs=2, action="append", default=[], metavar=("TITLE", "CSV"),

@@ -30,7 +30,7 @@ from statistics import mean, stdev
 
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_path, reading
 
 COLUMNS = ["kind", "table", "metric", "better", "worse", "paper_better", "paper_worse", "paper_delta",
@@ -201,7 +201,7 @@ def _cli_method_check(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "method-check", _cli_method_check)
-    cli.add_json(p, "--spec", "the method_check section with its metrics files (experiments.method_check_spec)")
+    p = commands.add_command(subparsers, "method-check", _cli_method_check)
+    commands.add_json(p, "--spec", "the method_check section with its metrics files (experiments.method_check_spec)")
     p.add_argument("--output", required=True, help="method_check.csv")
     p.add_argument("--runs", default=None, help="training_runs.csv: how each table's training run ended")

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_path, read_pairs, reading, write_text_atomic
 from pseudopairs.mining.statistics import (
     top_share_of_texts,
@@ -218,7 +218,7 @@ def _cli_rounds_summary(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "rounds-summary", _cli_rounds_summary)
-    cli.add_json(p, "--spec", "the chain's rounds with their files (rounds.summary_spec)")
+    p = commands.add_command(subparsers, "rounds-summary", _cli_rounds_summary)
+    commands.add_json(p, "--spec", "the chain's rounds with their files (rounds.summary_spec)")
     p.add_argument("--output", required=True, help="rounds_{chain}.csv")
     p.add_argument("--figure", required=True, help="rounds_{chain}.png")

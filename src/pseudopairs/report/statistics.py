@@ -4,7 +4,7 @@ and the caption-use and similarity plots."""
 
 from __future__ import annotations
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_path
 from pseudopairs.mining.statistics import pseudopair_statistics
 from pseudopairs.report.plots import caption_use_plot, similarity_histograms
@@ -21,8 +21,8 @@ def _cli_pseudopair_stats(args) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "pseudopair-stats", _cli_pseudopair_stats)
-    cli.add_json(p, "--spec", "the sets, seeds and their files (experiments.pseudopair_stats_spec)")
+    p = commands.add_command(subparsers, "pseudopair-stats", _cli_pseudopair_stats)
+    commands.add_json(p, "--spec", "the sets, seeds and their files (experiments.pseudopair_stats_spec)")
     p.add_argument("--output", required=True, help="pseudopair_stats.csv")
     p.add_argument("--plot", required=True, help="caption-use plot (PNG)")
     p.add_argument("--histogram", required=True, help="similarity histograms (PNG)")

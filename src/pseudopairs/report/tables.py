@@ -25,7 +25,7 @@ from statistics import mean, stdev
 import numpy as np
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.experiments import row_experiments
 from pseudopairs.io import atomic_path, reading, write_text_atomic
 
@@ -314,12 +314,12 @@ def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "table", _cli_table)
+    p = commands.add_command(subparsers, "table", _cli_table)
     p.add_argument("--name", required=True)
-    cli.add_json(p, "--spec", "the table's config entry with its metrics files (experiments.table_spec)")
+    commands.add_json(p, "--spec", "the table's config entry with its metrics files (experiments.table_spec)")
     p.add_argument("--output", required=True)
-    p = cli.add_command(subparsers, "tables-markdown", _cli_markdown)
-    cli.add_json(p, "--specs", "the config's tables section")
+    p = commands.add_command(subparsers, "tables-markdown", _cli_markdown)
+    commands.add_json(p, "--specs", "the config's tables section")
     p.add_argument("--output", required=True)
     p.add_argument("--pseudopair-stats", default=None, help="results/pseudopair_stats.csv to render too")
     p.add_argument("--method-check", default=None, help="results/method_check.csv to render too")

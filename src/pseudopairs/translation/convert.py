@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_directory
 from pseudopairs.translation.checkpoint import load_checkpoint
 from pseudopairs.translation.settings import QUANTIZATIONS
@@ -193,7 +193,7 @@ def _cmd_convert_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "convert-mt", _cmd_convert_mt,
+    p = commands.add_command(subparsers, "convert-mt", _cmd_convert_mt,
         description="Convert an OpenNMT-py Transformer checkpoint (3.x layout, or a 1.x/2.x one, "
                     "which is re-saved first) with CTranslate2's OpenNMT-py converter into a "
                     "self-contained model directory.")

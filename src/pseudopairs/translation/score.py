@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import write_json_atomic
 from pseudopairs.translation.convert import open_model_dir
 from pseudopairs.translation.settings import TranslateSettings
@@ -107,7 +107,7 @@ def _cmd_score_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "score-mt", _cmd_score_mt,
+    p = commands.add_command(subparsers, "score-mt", _cmd_score_mt,
         description="Translate a test set's source side with a converted model (convert-mt) and "
                     "the translation.translate settings translate-captions uses (beam size, length "
                     "penalty, truncation, compute type), and score it with sacreBLEU against the "

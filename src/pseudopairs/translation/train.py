@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import atomic_directory, atomic_path
 from pseudopairs.translation.convert import SHARED_TOKENIZER
 from pseudopairs.translation.settings import TrainSettings
@@ -272,7 +272,7 @@ def _cmd_train_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "train-mt", _cmd_train_mt,
+    p = commands.add_command(subparsers, "train-mt", _cmd_train_mt,
         description="Train a small Transformer encoder-decoder with a shared SentencePiece model on "
                     "parallel plain-text files and save it as an OpenNMT-py checkpoint, with the "
                     "validation BLEU in bleu.json. Every checkpoint_every updates the training "
@@ -283,7 +283,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--target-train", required=True, help="target sentences, aligned by line")
     p.add_argument("--source-valid", required=True, help="held-out source sentences")
     p.add_argument("--target-valid", required=True, help="held-out target sentences (BLEU references)")
-    cli.add_json(p, "--settings", "the translation.train config section", required=False)
+    commands.add_json(p, "--settings", "the translation.train config section", required=False)
     p.add_argument("--output-dir", required=True,
                    help="model directory (replaced atomically; the resumable state is OUTPUT_DIR.state.pt)")
     p.add_argument("--threads", type=int, default=None,

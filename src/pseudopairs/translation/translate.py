@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import CAPTION_COLUMNS, read_captions, write_json_atomic, write_parquet_atomic
 from pseudopairs.translation.chunks import (ChunkResult, _read_chunk, _source_digest, _write_chunk,
                                             remove_chunks, translation_fingerprint)
@@ -422,7 +422,7 @@ def settings_from_args(args: argparse.Namespace) -> TranslateSettings:
 
 def add_translate_options(p: argparse.ArgumentParser) -> None:
     """``--settings`` (translation.translate) and ``--threads``, shared with ``score-mt``."""
-    cli.add_json(p, "--settings", "the translation.translate config section", required=False)
+    commands.add_json(p, "--settings", "the translation.translate config section", required=False)
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads: sets intra_threads to threads // inter_threads")
 
@@ -465,7 +465,7 @@ Two kinds of input (--captions):
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "translate-captions", _cmd_translate_captions,
+    p = commands.add_command(subparsers, "translate-captions", _cmd_translate_captions,
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="converted model directory (convert-mt)")
     p.add_argument("--captions", required=True,

@@ -16,7 +16,7 @@ import pandas as pd
 from PIL import Image
 from tqdm import tqdm
 
-from pseudopairs import cli
+from pseudopairs import commands
 from pseudopairs.io import (IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, atomic_path, write_parquet_atomic,
                             write_text_atomic)
 from pseudopairs.world.content import BACKGROUNDS, KIND_WEIGHTS, kinds_of
@@ -235,10 +235,10 @@ def _cli_world_parallel(args: argparse.Namespace) -> None:
 
 
 def register_cli(subparsers) -> None:
-    p = cli.add_command(subparsers, "world", _cli_world, description=__doc__,
+    p = commands.add_command(subparsers, "world", _cli_world, description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_json(p, "--settings", "the config's world section")
+    commands.add_json(p, "--settings", "the config's world section")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
-    p = cli.add_command(subparsers, "world-parallel", _cli_world_parallel)
-    cli.add_json(p, "--settings", "the config's world section (with parallel)")
+    p = commands.add_command(subparsers, "world-parallel", _cli_world_parallel)
+    commands.add_json(p, "--settings", "the config's world section (with parallel)")
     p.add_argument("--out-root", required=True, help="results root (e.g. results)")
