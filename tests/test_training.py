@@ -524,7 +524,7 @@ def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_pa
 
 def test_plateau_loss_is_the_loss_of_equal_embeddings():
     from pseudopairs.model.losses import contrastive_loss
-    from pseudopairs.model.settings import plateau_loss
+    from pseudopairs.model.losses import plateau_loss
 
     same = torch.nn.functional.normalize(torch.ones(6, 4), dim=1)
     for max_violation in (True, False):
@@ -535,7 +535,7 @@ def test_plateau_loss_is_the_loss_of_equal_embeddings():
 
 
 def test_c2c_waits_until_the_c2i_loss_leaves_the_plateau(world, tmp_path):
-    from pseudopairs.model.settings import plateau_loss
+    from pseudopairs.model.losses import plateau_loss
 
     straight = _run(world, tmp_path / "straight", max_updates=60)
     log = pd.read_csv(tmp_path / "straight" / "train_log.csv")

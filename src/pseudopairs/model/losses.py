@@ -75,3 +75,10 @@ def joint_loss(sources: Mapping[str, tuple[torch.Tensor, np.ndarray]],
         first = next(iter(sources.values()))[0]
         return first.new_zeros(())
     return total
+
+
+def plateau_loss(*, batch_size: int, margin: float, max_violation: bool) -> float:
+    """The loss of one batch when every embedding is the same (every hinge equals the margin):
+    what training sits at while it has not left the collapsed start."""
+    negatives = 1 if max_violation else batch_size - 1
+    return 2.0 * batch_size * negatives * margin

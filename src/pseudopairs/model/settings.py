@@ -97,10 +97,3 @@ def check_settings(settings: dict) -> dict:
     model = ModelSettings.from_dict({k: v for k, v in settings.items() if k in model_keys})
     training = TrainingSettings.from_dict({k: v for k, v in settings.items() if k not in model_keys})
     return {**training.to_dict(), **model.to_dict()}
-
-
-def plateau_loss(*, batch_size: int, margin: float, max_violation: bool) -> float:
-    """The loss of one batch when every embedding is the same (every hinge equals the margin):
-    what training sits at while it has not left the collapsed start."""
-    negatives = 1 if max_violation else batch_size - 1
-    return 2.0 * batch_size * negatives * margin

@@ -9,8 +9,7 @@ import torch
 
 from pseudopairs.model.batches import C2CBatch, C2IBatch
 from pseudopairs.model.encoders import RankingModel
-from pseudopairs.model.losses import contrastive_loss, joint_loss
-from pseudopairs.model.settings import plateau_loss
+from pseudopairs.model.losses import contrastive_loss, joint_loss, plateau_loss
 from pseudopairs.similarity.functions import caption_similarity
 
 if TYPE_CHECKING:

@@ -67,7 +67,8 @@ from pseudopairs.model.encoders import RankingModel
 from pseudopairs.model.inputs import (check_spec, input_stamps, load_data, run_vocabulary,
                                       training_image_statistics)
 from pseudopairs.model.objectives import OBJECTIVES
-from pseudopairs.model.settings import check_settings, plateau_loss
+from pseudopairs.model.losses import plateau_loss
+from pseudopairs.model.settings import check_settings
 from pseudopairs.settings import resolve_device
 
 log = logging.getLogger(__name__)
