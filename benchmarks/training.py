@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/training.py [--updates N] [--device auto] [--preset paper|demo]
 
-*real*: ``Trainer.step()`` exactly as the training loop calls it (task draw, batch assembly from
+*real*: ``Trainer.update()`` exactly as the training loop calls it (task draw, batch assembly from
 the data set's stream, host→device copy, forward, VSE++ loss, backward, clipping, Adam step) plus
 the loop's loss read-back every ``LOSS_READBACK_EVERY`` updates.
 *bare*: the same model, loss and optimiser on the same batches, pre-built on the device, in a
@@ -15,7 +15,7 @@ Synthetic data with the paper's shapes: vocabulary 10K, 2048-d float16 image fea
 ``--stack S`` (S ≥ 1) measures stacked training instead: S models (seeds 0 … S−1, each with its
 own trainer, batch streams and task draws) updated together by
 :func:`pseudopairs.model.stack.stacked_update` (*stacked*), against the same S trainers each taking
-its own ``Trainer.step()`` one after the other in this process (*separate*: what S jobs of one
+its own ``Trainer.update()`` one after the other in this process (*separate*: what S jobs of one
 model each would do on the device, without their process overheads). It prints the
 model-updates/s summed over the stack, per model, and the ratio stacked / separate.
 ``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants).
@@ -78,7 +78,7 @@ def sync(device: torch.device) -> None:
 def run_real(trainer: Trainer, n: int) -> None:
     pending = []
     for _ in range(n):
-        pending.append(trainer.step()[2])
+        pending.append(trainer.update()[2])
         if len(pending) >= LOSS_READBACK_EVERY:
             torch.stack(pending).cpu()
             pending.clear()

@@ -19,7 +19,7 @@ from pseudopairs import layout
 from pseudopairs import rounds as chains
 from pseudopairs.config import ConfigError, check_config, load_config
 from pseudopairs.io import PAIR_COLUMNS
-from pseudopairs.report import rounds as report_rounds
+from pseudopairs.report import rounds_summary as report_rounds
 from test_workflow import job_block, job_counts, model_counts
 
 

@@ -23,7 +23,7 @@ from pseudopairs.mining.statistics import pseudopair_statistics
 from pseudopairs.mining.settings import MiningRun
 from pseudopairs.mining.step import mine_pseudopairs, pseudopair_caption_table
 from pseudopairs.model import checkpoints, encode
-from pseudopairs.report.plots import panels
+from pseudopairs.report.pseudopair_stats import panels
 from test_pseudopairs import check_nearest_and_same_things, mining_spec
 from test_training import COLOURS, SETTINGS, SHAPES, _world
 from test_workflow import job_block, job_counts, model_counts

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pseudopairs.model.training as training
-from pseudopairs.model import checkpoints, encode, steps
+from pseudopairs.model import checkpoints, encode, updates
 from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
 from pseudopairs.data.vocab import build_vocabulary
 
@@ -96,10 +96,10 @@ class _Killed(Exception):
     pass
 
 
-def _count_steps(monkeypatch, *, fail_at=None, exc=_Killed):
-    """Wrap steps.train_step: count calls, raise ``exc`` at call ``fail_at``."""
+def _count_updates(monkeypatch, *, fail_at=None, exc=_Killed):
+    """Wrap updates.train_update: count calls, raise ``exc`` at call ``fail_at``."""
     calls = {"n": 0}
-    real = steps.train_step
+    real = updates.train_update
 
     def wrapper(*args, **kwargs):
         calls["n"] += 1
@@ -107,7 +107,7 @@ def _count_steps(monkeypatch, *, fail_at=None, exc=_Killed):
             raise exc("simulated kill")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(steps, "train_step", wrapper)
+    monkeypatch.setattr(updates, "train_update", wrapper)
     return calls
 
 
@@ -162,14 +162,14 @@ def test_same_seed_same_weights_other_seed_other_weights(world, tmp_path):
 def test_killed_run_resumes_to_the_same_result(world, tmp_path, monkeypatch):
     _run(world, tmp_path / "straight", max_updates=40)
     # Killed during update 25: the state of update 20 is on disk.
-    _count_steps(monkeypatch, fail_at=25)
+    _count_updates(monkeypatch, fail_at=25)
     with pytest.raises(_Killed):
         _run(world, tmp_path / "resumed", max_updates=40)
     # Nothing that looks complete is left: the rule's outputs appear only when training ends.
     assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["last.pt", "train_log.partial.csv"]
     logged = pd.read_csv(tmp_path / "resumed" / "train_log.partial.csv")
     assert logged["update"].max() == 20
-    calls = _count_steps(monkeypatch)
+    calls = _count_updates(monkeypatch)
     _run(world, tmp_path / "resumed", max_updates=40)
     assert calls["n"] == 20                  # updates 21..40 only: it resumed, not restarted
     assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["checkpoint.pt", "train_log.csv", "vocab.json"]
@@ -179,10 +179,10 @@ def test_killed_run_resumes_to_the_same_result(world, tmp_path, monkeypatch):
 
 
 def test_stale_state_from_other_settings_is_not_resumed(world, tmp_path, monkeypatch):
-    _count_steps(monkeypatch, fail_at=15)
+    _count_updates(monkeypatch, fail_at=15)
     with pytest.raises(_Killed):
         _run(world, tmp_path, max_updates=20)
-    calls = _count_steps(monkeypatch)
+    calls = _count_updates(monkeypatch)
     _run(world, tmp_path, max_updates=20, learning_rate=1e-3)
     assert calls["n"] == 20
 
@@ -215,7 +215,7 @@ def test_max_updates_is_a_guard_the_log_names(world, tmp_path, monkeypatch, capl
 
 
 def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_path, monkeypatch):
-    real = steps.contrastive_loss
+    real = updates.contrastive_loss
     calls = {"n": 0}
 
     def poisoned(a, b, **kwargs):
@@ -223,7 +223,7 @@ def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_pa
         loss = real(a, b, **kwargs)
         return loss * float("nan") if calls["n"] == 13 else loss
 
-    monkeypatch.setattr(steps, "contrastive_loss", poisoned)
+    monkeypatch.setattr(updates, "contrastive_loss", poisoned)
     with pytest.raises(RuntimeError, match=r"non-finite training loss \(nan\) at update 13 "
                                            r"\(task c2[ic], data set m30k\.[^)]+\).*state last saved "
                                            r"\(at the validation of update 10\).*last\.pt"):
@@ -240,7 +240,7 @@ def test_nan_loss_stops_with_clear_error_and_keeps_last_checkpoint(world, tmp_pa
 
 
 def test_non_finite_weights_stop_at_the_next_validation(world, tmp_path, monkeypatch):
-    real = steps.train_step
+    real = updates.train_update
     calls = {"n": 0}
 
     def poison_weights(model, *args, **kwargs):
@@ -251,7 +251,7 @@ def test_non_finite_weights_stop_at_the_next_validation(world, tmp_path, monkeyp
                 model.gru.weight_hh_l0[0, 0] = float("inf")
         return loss
 
-    monkeypatch.setattr(steps, "train_step", poison_weights)
+    monkeypatch.setattr(updates, "train_update", poison_weights)
     with pytest.raises(RuntimeError, match=r"non-finite weights \(gru\.weight_hh_l0\) after update 20"
                                            r".*state last saved \(at the validation of update 10\)"):
         _run(world, tmp_path)
@@ -264,13 +264,13 @@ def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch
     spec, vocab = world
     source = _weights(tmp_path / "source")
     seen = {}
-    real = steps.train_step
+    real = updates.train_update
 
     def spy(model, *args, **kwargs):
         seen.setdefault("first", {k: v.clone() for k, v in model.state_dict().items()})
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(steps, "train_step", spy)
+    monkeypatch.setattr(updates, "train_update", spy)
     ft_spec = {**spec, "init_from": str(tmp_path / "source" / "checkpoint.pt")}
     training.train(spec=ft_spec, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "ft", seed=1)
     assert _same_weights(seen["first"], source)
@@ -554,10 +554,10 @@ def test_c2c_waits_until_the_c2i_loss_leaves_the_plateau(world, tmp_path):
 
 def test_killed_run_with_warm_up_resumes_to_the_same_result(world, tmp_path, monkeypatch):
     _run(world, tmp_path / "straight", max_updates=50, c2c_warmup=0.9)
-    _count_steps(monkeypatch, fail_at=35)
+    _count_updates(monkeypatch, fail_at=35)
     with pytest.raises(_Killed):
         _run(world, tmp_path / "resumed", max_updates=50, c2c_warmup=0.9)
-    _count_steps(monkeypatch)
+    _count_updates(monkeypatch)
     _run(world, tmp_path / "resumed", max_updates=50, c2c_warmup=0.9)
     assert _same_weights(_weights(tmp_path / "straight"), _weights(tmp_path / "resumed"))
     assert ((tmp_path / "straight" / "train_log.csv").read_text()
@@ -603,15 +603,15 @@ def test_c2c_batches_of_an_order_run_use_the_cosine(world, tmp_path, monkeypatch
         seen.append(kwargs["similarity"])
         return real(a, b, **kwargs)
 
-    monkeypatch.setattr(steps, "contrastive_loss", spy)
+    monkeypatch.setattr(updates, "contrastive_loss", spy)
     _run(world, tmp_path, similarity="order", margin=0.05, max_updates=20)
     log = pd.read_csv(tmp_path / "train_log.csv")
     assert seen == ["cosine" if task == "c2c" else "order" for task in log["task"]]
 
 
-def _count_joint_steps(monkeypatch, *, fail_at=None):
+def _count_joint_updates(monkeypatch, *, fail_at=None):
     calls = {"n": 0}
-    real = steps.joint_step
+    real = updates.joint_update
 
     def wrapper(trainer):
         calls["n"] += 1
@@ -619,7 +619,7 @@ def _count_joint_steps(monkeypatch, *, fail_at=None):
             raise _Killed("simulated kill")
         return real(trainer)
 
-    monkeypatch.setattr(steps, "joint_step", wrapper)
+    monkeypatch.setattr(updates, "joint_update", wrapper)
     return calls
 
 
@@ -642,7 +642,7 @@ def test_joint_update_is_the_sum_over_every_pair_of_sources(world, tmp_path, mon
         calls.append((sorted(sources), list(pairs)))
         return real(sources, pairs, **kwargs)
 
-    monkeypatch.setattr(steps, "joint_loss", spy)
+    monkeypatch.setattr(updates, "joint_loss", spy)
     _run(world, tmp_path, objective="joint", similarity="order", margin=0.05, max_updates=3)
     assert calls[0] == (["image", "m30k.de", "m30k.en"],
                         [("image", "m30k.en", "order"), ("image", "m30k.de", "order")])
@@ -654,11 +654,11 @@ def test_joint_runs_are_deterministic_and_a_killed_one_resumes_to_the_same_resul
     _run(world, tmp_path / "a", objective="joint", max_updates=40)
     _run(world, tmp_path / "b", objective="joint", max_updates=40)
     assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
-    _count_joint_steps(monkeypatch, fail_at=25)
+    _count_joint_updates(monkeypatch, fail_at=25)
     with pytest.raises(_Killed):
         _run(world, tmp_path / "resumed", objective="joint", max_updates=40)
     assert pd.read_csv(tmp_path / "resumed" / "train_log.partial.csv")["update"].max() == 20
-    calls = _count_joint_steps(monkeypatch)
+    calls = _count_joint_updates(monkeypatch)
     _run(world, tmp_path / "resumed", objective="joint", max_updates=40)
     assert calls["n"] == 20
     assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "resumed"))
@@ -676,7 +676,7 @@ def test_joint_with_warm_up_adds_the_caption_pairs_once_off_the_plateau(world, t
         c2c_terms.append(any(a != "image" for a, _, _ in pairs))
         return real(sources, pairs, **kwargs)
 
-    monkeypatch.setattr(steps, "joint_loss", spy)
+    monkeypatch.setattr(updates, "joint_loss", spy)
     summary = _run(world, tmp_path, objective="joint", c2c_warmup=0.9, max_updates=60)
     start = summary["c2c_from"]
     assert start is not None and 10 <= start < 60

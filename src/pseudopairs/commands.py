@@ -47,14 +47,14 @@ COMMANDS: dict[str, Command] = {
     "score-mt": Command("translation", "pseudopairs.translation.score", "BLEU of a converted model on a test set (translate settings)"),
     "mine": Command("pseudopairs", "pseudopairs.mining.step", "mine a pseudopair set with a trained model"),
     "pseudopair-captions": Command("pseudopairs", "pseudopairs.mining.step", "filter pairs at a percentile -> captions"),
-    "pseudopair-stats": Command("report", "pseudopairs.report.statistics", "§7.2 statistics and plots of the pseudopairs"),
+    "pseudopair-stats": Command("report", "pseudopairs.report.pseudopair_stats", "§7.2 statistics and plots of the pseudopairs"),
     "pseudopair-figure": Command("report", "pseudopairs.report.figures", "Figure 1: transferred captions"),
     "training-curves": Command("report", "pseudopairs.report.figures", "validation curves of the tables' models"),
     "table-figure": Command("report", "pseudopairs.report.figures", "a table as grouped bars (004's Figure 3)"),
     "table": Command("report", "pseudopairs.report.tables", "one of the paper's tables (mean, sd, n; paper)"),
     "tables-markdown": Command("report", "pseudopairs.report.tables", "all tables as Markdown"),
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
-    "rounds-summary": Command("report", "pseudopairs.report.rounds", "iterated bootstrapping: per-round scores, §7.2 shares, stop rule, figure"),
+    "rounds-summary": Command("report", "pseudopairs.report.rounds_summary", "iterated bootstrapping: per-round scores, §7.2 shares, stop rule, figure"),
     "report-page": Command("report", "pseudopairs.report.html", "an HTML page of tables (ours vs the paper, charts) and figures"),
 }
 

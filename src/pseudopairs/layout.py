@@ -111,12 +111,12 @@ def table_figure(table: str) -> str:
 
 
 def rounds_summary(chain: str) -> str:
-    """Iterated bootstrapping: one row per round of chain ``chain`` (:mod:`pseudopairs.report.rounds`)."""
+    """Iterated bootstrapping: one row per round of chain ``chain`` (:mod:`pseudopairs.report.rounds_summary`)."""
     return f"{RESULTS}/rounds_{chain}.csv"
 
 
 def rounds_figure(chain: str) -> str:
-    """The chain's metric and top-150 share per round (:mod:`pseudopairs.report.rounds`)."""
+    """The chain's metric and top-150 share per round (:mod:`pseudopairs.report.rounds_summary`)."""
     return f"{RESULTS}/figures/rounds_{chain}.png"
 
 

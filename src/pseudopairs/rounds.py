@@ -29,7 +29,7 @@ Nothing is read out of names: every generated entry is written into the config b
 checked, exactly as if it had been written by hand.
 
 :func:`summary_spec` lists what the per-chain summary (``results/rounds_{chain}.csv`` and
-``results/figures/rounds_{chain}.png``, :mod:`pseudopairs.report.rounds`) reads: each round's
+``results/figures/rounds_{chain}.png``, :mod:`pseudopairs.report.rounds_summary`) reads: each round's
 ``metrics.json`` (validation and test scores) and, from round 1 on, its pairs — the pairs round r
 trains on, mined by round r−1's model.
 """

@@ -1,7 +1,7 @@
 """The model stage: the image–sentence ranking model (:mod:`~pseudopairs.model.encoders`), its
 losses (:mod:`~pseudopairs.model.losses`), the training data (:mod:`~pseudopairs.model.batches`),
 training objectives (:mod:`~pseudopairs.model.objectives`, a registry, and
-:mod:`~pseudopairs.model.steps`), settings, checkpoints, encoding and validation, and the
+:mod:`~pseudopairs.model.updates`), settings, checkpoints, encoding and validation, and the
 ``train`` step (:mod:`~pseudopairs.model.training`).
 
 ``pseudopairs.model.RankingModel`` and ``pseudopairs.model.contrastive_loss`` are importable from

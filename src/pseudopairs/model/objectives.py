@@ -48,14 +48,14 @@ class Objective:
     summary: str
     # "module:function" of one update of a Trainer, returning (task, data set name, detached
     # loss); imported when a run uses it, so the registry itself needs no torch.
-    step: str
+    update: str
     # "module:function" building the objective's own state from (trainer, c2i=, c2c=, seed=):
     # an object with state_dict / load_state_dict, saved with the trainer; None: nothing beyond
     # the trainer's streams and task sampler.
     setup: str | None = None
 
-    def step_function(self) -> Callable:
-        return _load(self.step)
+    def update_function(self) -> Callable:
+        return _load(self.update)
 
     def setup_function(self) -> Callable | None:
         return None if self.setup is None else _load(self.setup)
@@ -70,12 +70,12 @@ OBJECTIVES: Registry[Objective] = Registry("training objective", modules=("pseud
 
 
 OBJECTIVES.register("sampled", Objective(
-    name="sampled", step="pseudopairs.model.steps:sampled_step",
+    name="sampled", update="pseudopairs.model.updates:sampled_update",
     summary="one task per update (c2c with probability c2c_probability, else c2i), one data set "
             "of it uniformly, one batch (papers 000, 004)"))
 
 OBJECTIVES.register("joint", Objective(
-    name="joint", step="pseudopairs.model.steps:joint_step",
+    name="joint", update="pseudopairs.model.updates:joint_update",
     setup="pseudopairs.model.joint:joint_sampler",
     summary="one batch of images of one image collection per update, one caption per data set "
             "per image; the ranking loss summed over every image–caption pair and every c2c "

@@ -99,7 +99,7 @@ _stream_seed = stream_rng  # a generator per stream, from the run seed and the s
 
 class Trainer:
     """The model, its optimizer, one batch stream per data set, the task sampler and the
-    objective's own state (``objective_state``, e.g. the ``joint`` sampler); :meth:`step` is the
+    objective's own state (``objective_state``, e.g. the ``joint`` sampler); :meth:`update` is the
     whole per-update work of the run's objective."""
 
     def __init__(self, model: RankingModel, *, c2i: Sequence[C2IData], c2c: Sequence[C2CData],
@@ -108,7 +108,7 @@ class Trainer:
         self.device = torch.device(device)
         self.settings = settings
         objective = OBJECTIVES.get(settings.get("objective", "sampled"))
-        self.objective = objective.step_function()
+        self.objective = objective.update_function()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
         self.data: dict[tuple[str, str], C2IData | C2CData] = {}
         self.streams: dict[tuple[str, str], BatchStream] = {}
@@ -132,7 +132,8 @@ class Trainer:
         setup = objective.setup_function()
         self.objective_state = setup(self, c2i=c2i, c2c=c2c, seed=seed) if setup else None
 
-    def step(self) -> tuple[str, str, torch.Tensor]:
+    def update(self) -> tuple[str, str, torch.Tensor]:
+        """One training update of the run's objective: (task, data set, detached loss)."""
         return self.objective(self)
 
     def next_batch(self) -> tuple[str, str, C2IBatch | C2CBatch]:
@@ -362,7 +363,7 @@ class _Run:
                    mininterval=10, unit="upd")
         while not p.finished:
             was_enabled = self.trainer.c2c_enabled
-            task, name, loss = self.trainer.step()
+            task, name, loss = self.trainer.update()
             p.update += 1
             if self.trainer.c2c_enabled and not was_enabled:
                 p.c2c_from = p.update

@@ -33,7 +33,7 @@ def optimise(model: RankingModel, optimizer: torch.optim.Optimizer, loss: torch.
     optimizer.step()
 
 
-def train_step(model: RankingModel, optimizer: torch.optim.Optimizer, batch: C2IBatch | C2CBatch,
+def train_update(model: RankingModel, optimizer: torch.optim.Optimizer, batch: C2IBatch | C2CBatch,
                *, margin: float, max_violation: bool, grad_clip: float,
                similarity: str = "cosine") -> torch.Tensor:
     """One optimiser update on one batch (already on the model's device); returns the detached
@@ -49,10 +49,10 @@ def train_step(model: RankingModel, optimizer: torch.optim.Optimizer, batch: C2I
     return loss.detach()
 
 
-def sampled_step(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
+def sampled_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     task, name, batch = trainer.next_batch()
     settings = trainer.settings
-    loss = train_step(trainer.model, trainer.optimizer,
+    loss = train_update(trainer.model, trainer.optimizer,
                       batch.to(trainer.device, non_blocking=trainer.device.type == "cuda"),
                       margin=settings["margin"], max_violation=settings["max_violation"],
                       grad_clip=settings["grad_clip"], similarity=settings["similarity"])
@@ -61,7 +61,7 @@ def sampled_step(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     return task, name, loss
 
 
-def joint_step(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
+def joint_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     """One update of the ``joint`` objective: the summed ranking loss of every image–caption pair
     and (once any c2c warm-up has ended) every c2c caption–caption pair of one batch of images."""
     c2c_on = trainer.c2c_enabled           # a warm-up ending in this update adds c2c from the next

@@ -1,12 +1,16 @@
-"""Plots of the mined pseudopairs (paper §7.2): caption use (rank–frequency, log-log) and the
-similarity of the mined pairs, one panel per source model and direction (queries → database:
-the paper's COCO → M30K German, or the reverse M30K German → COCO English)."""
+"""The ``pseudopair-stats`` step (paper §7.2): the statistics of every mined pseudopair set
+(:func:`pseudopairs.mining.statistics.pseudopair_statistics`) as results/pseudopair_stats.csv, and
+its plots — caption use (rank–frequency, log-log) and the similarity of the mined pairs, one panel
+per source model and direction (queries → database: the paper's COCO → M30K German, or the reverse
+M30K German → COCO English)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from pseudopairs import commands
 from pseudopairs.io import atomic_path, read_pairs
+from pseudopairs.mining.statistics import pseudopair_statistics
 
 
 def panels(spec: dict) -> dict[tuple, list[str]]:
@@ -91,3 +95,21 @@ def similarity_histograms(spec: dict, path, *, load=None) -> None:
     _source_panels(spec, path, draw=draw, xlabel="cosine similarity of the pair", ylabel="density",
                    title="Similarity of the mined pseudopairs (dotted: 25th/75th percentile of the "
                          "cosine set)", load=load)
+
+
+def _cli_pseudopair_stats(args) -> None:
+    spec = args.spec
+    frame = pseudopair_statistics(spec)
+    with atomic_path(args.output) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.4f")
+    caption_use_plot(spec, args.plot)
+    similarity_histograms(spec, args.histogram)
+    print(frame.to_string(index=False))
+
+
+def register_cli(subparsers) -> None:
+    p = commands.add_command(subparsers, "pseudopair-stats", _cli_pseudopair_stats)
+    commands.add_json(p, "--spec", "the sets, seeds and their files (experiments.pseudopair_stats_spec)")
+    p.add_argument("--output", required=True, help="pseudopair_stats.csv")
+    p.add_argument("--plot", required=True, help="caption-use plot (PNG)")
+    p.add_argument("--histogram", required=True, help="similarity histograms (PNG)")
