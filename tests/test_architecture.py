@@ -96,6 +96,21 @@ def test_no_import_cycle():
     assert "pseudopairs.mining.step" not in edges["pseudopairs.mining.statistics"]
 
 
+def test_no_stage_imports_a_later_stage():
+    """Stages import earlier stages only (data, features, model, evaluation, mining, report): e.g.
+    training's validation ranks with pseudopairs.similarity's exact engine, not the evaluation
+    stage's module."""
+    order = ["data", "features", "model", "evaluation", "mining", "report"]
+    backwards = []
+    for module, targets in import_graph().items():
+        stage = module.split(".")[1] if module.count(".") else None
+        for target in targets:
+            later = target.split(".")[1] if target.count(".") else None
+            if stage in order and later in order and order.index(later) > order.index(stage):
+                backwards.append(f"{module} -> {target}")
+    assert not backwards
+
+
 def test_only_the_command_line_imports_the_command_line():
     """The command line is one adapter that imports the stages: no other module imports
     pseudopairs.cli (module level or inside functions), except ``__main__``, its entry point for

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pseudopairs import evaluation as ev
-from pseudopairs.evaluation import ranks as R
+from pseudopairs.similarity import ranks as R
 from pseudopairs.evaluation import step as evaluate_step
 
 torch.set_num_threads(1)
@@ -511,7 +511,7 @@ def test_mean_recall_is_the_mean_of_the_six_recalls_on_the_hand_case():
     assert m["mean_recall"] == pytest.approx(np.mean([m[k] for k in ev.RECALL_KEYS]))
     assert m["mean_recall"] == pytest.approx(m["rsum"] / 6)
     assert list(m)[-2:] == ["rsum", "mean_recall"]
-    from pseudopairs.evaluation.metrics import mean_recall
+    from pseudopairs.similarity.metrics import mean_recall
 
     assert mean_recall({k: 50.0 for k in ev.RECALL_KEYS}) == 50.0
     with pytest.raises(ValueError, match="lack"):

@@ -1,13 +1,15 @@
-"""The evaluation stage (paper §3.3, §7.1): exact retrieval ranks on the shared similarity engine
-(:mod:`~pseudopairs.evaluation.ranks`), the metrics (:mod:`~pseudopairs.evaluation.metrics`:
-R@K, median rank, Sum, Sum(Sum), translation R@1) and the ``evaluate`` step
-(:mod:`~pseudopairs.evaluation.step`)."""
+"""The evaluation stage (paper §3.3, §7.1): the ``evaluate`` step
+(:mod:`~pseudopairs.evaluation.step`) on the exact retrieval ranks and metrics of the shared
+similarity engine (:mod:`~pseudopairs.similarity.ranks`, :mod:`~pseudopairs.similarity.metrics`:
+R@K, median rank, Sum, Sum(Sum), translation R@1), which training's validation uses too — they
+live in :mod:`pseudopairs.similarity` so that no earlier stage imports this one. Their public
+names are importable from here as before."""
 
-from pseudopairs.evaluation.metrics import (METRIC_KEYS, RECALL_KEYS, RECALL_KS, language_sum,
+from pseudopairs.similarity.metrics import (METRIC_KEYS, RECALL_KEYS, RECALL_KS, language_sum,
                                             median_rank, metrics_from_ranks, recall_at,
                                             retrieval_metrics, retrieval_metrics_reference,
                                             sum_of_sums, translation_retrieval)
-from pseudopairs.evaluation.ranks import (RetrievalRanks, retrieval_ranks, retrieval_ranks_reference,
+from pseudopairs.similarity.ranks import (RetrievalRanks, retrieval_ranks, retrieval_ranks_reference,
                                           translation_ranks, translation_ranks_reference)
 
 __all__ = ["METRIC_KEYS", "RECALL_KEYS", "RECALL_KS", "RetrievalRanks", "language_sum", "median_rank",

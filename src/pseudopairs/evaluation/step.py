@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from pseudopairs import commands
-from pseudopairs.evaluation.metrics import retrieval_metrics, translation_retrieval
-from pseudopairs.evaluation.ranks import _validate_retrieval_inputs, _validate_translation_inputs
+from pseudopairs.similarity.metrics import retrieval_metrics, translation_retrieval
+from pseudopairs.similarity.ranks import _validate_retrieval_inputs, _validate_translation_inputs
 from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
 from pseudopairs.settings import resolve_device
 from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity

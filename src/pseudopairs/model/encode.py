@@ -65,7 +65,7 @@ def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float
     candidate, as in the test evaluation), scored with the model's similarity, on the model's
     device (the embeddings stay there and the exact rank engine runs its GEMMs there). Returns
     ``(score, {lang: metrics})``."""
-    from pseudopairs.evaluation import retrieval_metrics
+    from pseudopairs.similarity.metrics import retrieval_metrics
 
     image_cache: dict[int, torch.Tensor] = {}
     score = 0.0

@@ -17,7 +17,7 @@ them:
 - ``ranks`` and ``pairs``: ``"module:function"`` of the function's exact blocked retrieval-rank
   engine and of its exact float64 score of listed (image, caption) pairs, the routine both the
   engine and the per-query reference decide with (``None``: the GEMM engine and ``dot64`` of
-  :mod:`pseudopairs.similarity` used by :mod:`pseudopairs.evaluation.ranks`, for ``cosine``).
+  :mod:`pseudopairs.similarity` used by :mod:`pseudopairs.similarity.ranks`, for ``cosine``).
 
 Registered here:
 

@@ -19,7 +19,7 @@ in a pair list, on either device. Its rounding error is about ``(⌈log2 d⌉ + 
 
 Ranks
 -----
-The rule of :mod:`pseudopairs.evaluation.ranks`: a query's rank is the number of candidates whose
+The rule of :mod:`pseudopairs.similarity.ranks`: a query's rank is the number of candidates whose
 exact score is **strictly higher** than the correct item's (here: whose violation is strictly
 lower), so ties — equal float64 values, e.g. duplicate rows — favour the correct item; for I→T the
 correct score is the best over the image's captions. :func:`order_rank_counts` first computes

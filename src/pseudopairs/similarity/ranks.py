@@ -1,5 +1,5 @@
 """Exact retrieval ranks (paper §3.3, §7.1); the metrics computed from
-them are in :mod:`pseudopairs.evaluation.metrics`.
+them are in :mod:`pseudopairs.similarity.metrics`.
 
 Image–caption retrieval on a test split:
 

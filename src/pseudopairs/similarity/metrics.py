@@ -2,7 +2,7 @@
 ``floor(median(rank)) + 1`` (ranks are 0-based); ``rsum`` = the six recalls summed (the paper's
 per-language "Sum"); ``mean_recall`` = their mean, ``rsum / 6`` (paper 002's mean recall "mR":
 R@1, R@5, R@10 of both directions averaged per language); :func:`sum_of_sums` adds the rsums over
-languages ("Sum(Sum)"). Ranks come from the exact engines of :mod:`pseudopairs.evaluation.ranks`,
+languages ("Sum(Sum)"). Ranks come from the exact engines of :mod:`pseudopairs.similarity.ranks`,
 under the model's similarity (``similarity``: a registered function, default ``cosine``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from pseudopairs.evaluation.ranks import retrieval_ranks, retrieval_ranks_reference, translation_ranks
+from pseudopairs.similarity.ranks import retrieval_ranks, retrieval_ranks_reference, translation_ranks
 
 
 RECALL_KS = (1, 5, 10)
@@ -86,7 +86,7 @@ retrieval_metrics = _metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, me
     row of caption k's image. Captions may be in any order; an image may have any number ≥ 0 of
     captions — images with none are T→I candidates only, not I→T queries. ``similarity``: the
     registered function to rank with (``order``: the model's non-negative rows, image = ``v``).
-    Keyword arguments only (those of :func:`pseudopairs.evaluation.ranks.retrieval_ranks`:
+    Keyword arguments only (those of :func:`pseudopairs.similarity.ranks.retrieval_ranks`:
     ``device``, ``block_size``, ``progress``, ``similarity``).
     """)
 
