@@ -23,18 +23,13 @@ def model_counts(output: str) -> dict[str, int]:
     """Models trained and evaluated by a dry run's jobs, whatever the jobs: the checkpoints that
     rule train and the train_stack_* rules (one job per seed block) write, and the metrics files
     of rule evaluate and the evaluate_stack_* rules."""
-    found: dict[str, set] = {"train": set(), "evaluate": set()}
-    rule = None
-    for line in output.splitlines():
-        head = re.match(r"^\s*(?:local)?rule (\w+):$", line)
-        if head:
-            rule = head.group(1)
-            continue
-        out = re.match(r"^\s*output: (.*)$", line)
-        kind = rule and re.match(r"^(train|evaluate)(?:$|_stack_)", rule)
-        if out and kind:
-            found[kind.group(1)].update(p for p in out.group(1).split(", ")
-                                        if p.endswith(("checkpoint.pt", "metrics.json")))
+    wanted = {"train": "checkpoint.pt", "evaluate": "metrics.json"}
+    found: dict[str, set] = {kind: set() for kind in wanted}
+    for block in re.split(r"\n(?=[ ]*(?:local)?rule \w+:\n)", output):
+        kind = re.match(r"[ ]*(?:local)?rule (train|evaluate)(?:_stack_\w+)?:\n", block)
+        paths = re.search(r"^\s*output: (.*)$", block, re.M)
+        if kind and paths:
+            found[kind.group(1)].update(p for p in paths.group(1).split(", ") if p.endswith(wanted[kind.group(1)]))
     return {kind: len(paths) for kind, paths in found.items()}
 
 
