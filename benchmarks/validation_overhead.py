@@ -11,7 +11,7 @@ pipeline does it now (embeddings kept on the training device, the exact rank eng
 there; :func:`pseudopairs.model.encode.validate`) and as it did before (embeddings copied to the
 host, ranked by numpy there); the save of a run's resumable state (``last.pt``: model,
 Adam state, best weights; ``torch.save`` to a temporary directory); and ``validate_every`` updates
-of one model (``Trainer.step``). It prints each, and the overhead of validation + state per
+of one model (``Trainer.update``). It prints each, and the overhead of validation + state per
 ``validate_every`` updates with the state saved at every validation and every
 ``resume_every`` updates.
 """
