@@ -351,8 +351,7 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
     if c2i_at and c2c_at:  # back into the models' order
         order = torch.as_tensor(c2i_at + c2c_at)
         a_side = a_side.index_select(0, on_device(torch.argsort(order)))
-    c2i_mask = on_device(torch.tensor(is_c2i))
-    if len(set(sizes)) == 1 and similarity == "cosine" and caption_similarity(similarity) == "cosine":
+    if len(set(sizes)) == 1 and similarity == "cosine":
         size = sizes[0]
         losses = stacked_contrastive_loss(a_side[:, :size], b_side[:, :size], margin=margin,
                                           max_violation=max_violation)
@@ -367,8 +366,6 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
     embedding = stack.weight(EMBEDDING)
     if embedding.grad is not None:  # the PAD row learns nothing (nn.Embedding's padding_idx)
         embedding.grad[:, PAD_ID] = 0
-    # a c2c update has no image term: no image gradient, and Adam must not step the image layer
-    image_mask = c2i_mask
     if grad_clip > 0:
         norms = torch.zeros(len(stack), dtype=params[0].dtype, device=device)
         for param in params:
@@ -378,7 +375,9 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
         for param in params:
             if param.grad is not None:
                 param.grad.mul_(scale.view((-1,) + (1,) * (param.grad.ndim - 1)).to(param.grad.dtype))
-    active = [image_mask if name in IMAGE_PARAMETERS else None for name in PARAMETERS]
+    # a c2c update has no image term: no image gradient, and Adam must not step the image layer
+    c2i_mask = on_device(torch.tensor(is_c2i))
+    active = [c2i_mask if name in IMAGE_PARAMETERS else None for name in PARAMETERS]
     optimizer.step(active)
     return losses.detach()
 
