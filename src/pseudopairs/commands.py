@@ -56,6 +56,8 @@ COMMANDS: dict[str, Command] = {
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
     "rounds-summary": Command("report", "pseudopairs.report.rounds_summary", "iterated bootstrapping: per-round scores, §7.2 shares, stop rule, figure"),
     "report-page": Command("report", "pseudopairs.report.html", "an HTML page of tables (ours vs the paper, charts) and figures"),
+    "rehearsal-data": Command("rehearsal", "pseudopairs.rehearsal.data", "the rehearsal's inputs at the paper's counts (config/rehearsal.yaml)"),
+    "rehearsal-summary": Command("rehearsal", "pseudopairs.rehearsal.summary", "results/rehearsal.csv from the rules' benchmark files"),
 }
 
 STAGES = {
@@ -66,6 +68,7 @@ STAGES = {
     "translation": "machine translation of captions",
     "pseudopairs": "mining and filtering",
     "report": "tables, statistics, figures",
+    "rehearsal": "the paper configuration at its size, offline (config/rehearsal.yaml)",
 }
 
 

@@ -196,7 +196,8 @@ def _translation_errors(config: dict) -> list[str]:
                 messages.append(f"config key 'translation.model.{key}': required with source: download")
     else:
         for key in ("url", "checkpoint", "tokenizer"):
-            if key in model:
+            # null unsets a key a layered file cannot remove (config/rehearsal.yaml)
+            if model.get(key) is not None:
                 messages.append(f"config key 'translation.model.{key}': only used with source: download "
                                 "(source is train)")
         if model.get("parallel_text") is None and config.get("data", {}).get("source") != "world":

@@ -1,0 +1,176 @@
+"""The ``rehearsal-data`` step: inputs at the paper's counts that cannot be had offline.
+
+- **Flickr30K image files**: one small JPEG per image name of Multi30K's task-1 and task-2 image
+  lists (train, val, test 2016; 31,014 names), in the folder ``paper_data.flickr30k_images``
+  points to. Each is a seeded random 4 × 4 colour pattern scaled to ``image_size``: every image
+  differs, and decoding stays cheap (the features rule's real work is measured on a fraction).
+- **The Karpathy COCO JSON** (``caption_datasets.zip`` holding ``dataset_coco.json``): Karpathy's
+  split counts (113,287 training images as train + restval, 5,000 val, 5,000 test), five
+  captions per image (a sixth for a share of images, which ``read-coco`` drops as on the real
+  file), each resampled from the real English Multi30K captions of the mirror, so the COCO text
+  has real sentences at the real count (566K training captions).
+- **The COCO image archives** (``train2014.zip`` / ``val2014.zip``, each with its top folder):
+  one JPEG per image named as in the JSON.
+- **Parallel text** for ``train-mt`` (the rehearsal trains its En→De model; the real
+  configuration downloads one): Multi30K task 1's train and val sentences, one per line.
+
+Everything is a pure function of the settings and the mirror; files are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import logging
+import time
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from pseudopairs import commands
+from pseudopairs.io import atomic_path, write_text_atomic
+from pseudopairs.rehearsal.settings import RehearsalSettings
+
+log = logging.getLogger(__name__)
+
+#: Multi30K image lists whose images the Flickr30K folder must hold (task, file).
+IMAGE_LISTS = (("task2", "train_images.txt"), ("task2", "val_images.txt"),
+               ("task2", "test_2016_images.txt"), ("task1", "train.txt"), ("task1", "val.txt"),
+               ("task1", "test_2016_flickr.txt"))
+#: Karpathy split -> the COCO 2014 part its images come from (restval is part of val2014).
+COCO_PART = {"train": "train2014", "restval": "val2014", "val": "val2014", "test": "val2014"}
+#: Multi30K task-1 split -> the parallel-text split train-mt reads.
+PARALLEL_SPLITS = {"train": "train", "val": "val"}
+
+
+def _read_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            return [line.rstrip("\n") for line in handle]
+    except OSError as err:
+        raise FileNotFoundError(f"{path}: cannot read the Multi30K mirror file ({err})") from err
+
+
+def flickr_image_names(multi30k: str | Path) -> list[str]:
+    """Every image name of :data:`IMAGE_LISTS`, in first-seen order, each once."""
+    names: dict[str, None] = {}
+    for task, name in IMAGE_LISTS:
+        for line in _read_lines(Path(multi30k) / task / "image_splits" / name):
+            if line.strip():
+                names.setdefault(line.strip().split("#")[0], None)
+    return list(names)
+
+
+def english_caption_pool(multi30k: str | Path) -> list[str]:
+    """The real English training captions the COCO captions are drawn from: task 2's five
+    comparable captions per image and task 1's, empty lines left out."""
+    root = Path(multi30k)
+    paths = [root / "task2" / "raw" / f"train.{n}.en.gz" for n in range(1, 6)]
+    paths.append(root / "task1" / "raw" / "train.en.gz")
+    return [line for path in paths for line in _read_lines(path) if line.strip()]
+
+
+def pattern_jpeg(seed: int, name: str, size: int) -> bytes:
+    """A JPEG of ``size`` × ``size`` pixels: a 4 × 4 colour pattern drawn from (seed, name)."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+    cells = rng.integers(0, 256, size=(4, 4, 3), dtype=np.uint8)
+    image = Image.fromarray(cells, mode="RGB").resize((size, size), Image.NEAREST)
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def coco_karpathy(settings: RehearsalSettings, pool: list[str]) -> dict[str, Any]:
+    """A ``dataset_coco.json`` object with Karpathy's fields (``images``: split, cocoid,
+    filepath, filename, imgid, sentences with raw, tokens, imgid, sentid)."""
+    if not pool:
+        raise ValueError("rehearsal: the Multi30K mirror gave no English captions to resample")
+    rng = np.random.default_rng([settings.seed, 2014])
+    total = sum(settings.coco.values())
+    cocoids = np.sort(rng.choice(600_000, size=total, replace=False))
+    images, sentid, imgid = [], 0, 0
+    for split, count in settings.coco.items():
+        part = COCO_PART[split]
+        extra = rng.random(count) < settings.sixth_caption
+        picks = rng.integers(0, len(pool), size=(count, 6))
+        for k in range(count):
+            cocoid = int(cocoids[imgid])
+            sentences = []
+            for j in range(6 if extra[k] else 5):
+                raw = pool[picks[k, j]]
+                sentences.append({"raw": raw, "tokens": raw.lower().rstrip(" .").split(),
+                                  "imgid": imgid, "sentid": sentid})
+                sentid += 1
+            images.append({"split": split, "cocoid": cocoid, "filepath": part,
+                           "filename": f"COCO_{part}_{cocoid:012d}.jpg", "imgid": imgid,
+                           "sentids": [s["sentid"] for s in sentences], "sentences": sentences})
+            imgid += 1
+    return {"dataset": "coco", "images": images}
+
+
+def write_zip_atomic(path: Path, members) -> int:
+    """Write ``members`` ((name, bytes) pairs) as a stored zip; returns the member count."""
+    count = 0
+    with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, data in members:
+            zf.writestr(name, data)
+            count += 1
+    return count
+
+
+def build(settings: RehearsalSettings, *, flickr_dir: Path, karpathy_zip: Path, coco_zip_dir: Path,
+          parallel_dir: Path) -> dict[str, Any]:
+    """Write every rehearsal input (module docstring); returns counts and seconds."""
+    start = time.perf_counter()
+    root = Path(settings.multi30k)
+    names = flickr_image_names(root)
+    flickr_dir.mkdir(parents=True, exist_ok=True)
+    for name in tqdm(names, desc="flickr30k images", unit="img", mininterval=5.0):
+        target = flickr_dir / name
+        if not target.is_file():
+            with atomic_path(target) as tmp:
+                tmp.write_bytes(pattern_jpeg(settings.seed, name, settings.image_size))
+    for split, out in PARALLEL_SPLITS.items():
+        for lang in ("en", "de"):
+            lines = _read_lines(root / "task1" / "raw" / f"{split}.{lang}.gz")
+            write_text_atomic(parallel_dir / f"{out}.{lang}", "".join(line + "\n" for line in lines))
+    data = coco_karpathy(settings, english_caption_pool(root))
+    for part in sorted(set(COCO_PART.values())):
+        members = ((f"{part}/{image['filename']}",
+                    pattern_jpeg(settings.seed, image["filename"], settings.image_size))
+                   for image in tqdm(data["images"], desc=part, unit="img", mininterval=5.0)
+                   if image["filepath"] == part)
+        write_zip_atomic(coco_zip_dir / f"{part}.zip", members)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    write_zip_atomic(karpathy_zip, [("dataset_coco.json", text.encode("utf-8"))])
+    captions = sum(min(5, len(image["sentences"])) for image in data["images"]
+                   if image["split"] in ("train", "restval"))
+    summary = {"flickr_images": len(names), "coco_images": len(data["images"]),
+               "coco_train_captions": captions, "seconds": round(time.perf_counter() - start, 1)}
+    log.info("rehearsal inputs: %s", summary)
+    return summary
+
+
+def _cli(args: argparse.Namespace) -> int:
+    settings = RehearsalSettings.from_dict(args.settings)
+    summary = build(settings, flickr_dir=Path(args.flickr_dir), karpathy_zip=Path(args.karpathy_zip),
+                    coco_zip_dir=Path(args.coco_zip_dir), parallel_dir=Path(args.parallel_dir))
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = commands.add_command(subparsers, "rehearsal-data", _cli)
+    commands.add_json(p, "--settings", "the config's rehearsal section")
+    p.add_argument("--flickr-dir", required=True, help="folder of the Flickr30K image files")
+    p.add_argument("--karpathy-zip", required=True, help="caption_datasets.zip to write")
+    p.add_argument("--coco-zip-dir", required=True, help="folder of train2014.zip and val2014.zip")
+    p.add_argument("--parallel-dir", required=True, help="folder of {train,val}.{en,de}")
