@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def mirror(tmp_path):
         _plain(root / "task1" / "image_splits" / name, images)
     for n in range(1, 6):
         _gz(root / "task2" / "raw" / f"train.{n}.en.gz", [f"a dog {n}", f"a cat {n}", f"a man {n}"])
+        _gz(root / "task2" / "raw" / f"train.{n}.de.gz", [f"ein hund {n}", f"eine katze {n}", f"ein mann {n}"])
     for split, count in (("train", 3), ("val", 1)):
         _gz(root / "task1" / "raw" / f"{split}.en.gz", [f"{split} en {i}" for i in range(count)])
         _gz(root / "task1" / "raw" / f"{split}.de.gz", [f"{split} de {i}" for i in range(count)])
@@ -204,3 +206,72 @@ def test_the_rehearsal_plans_table5_at_the_papers_size(tmp_path):
     assert counts["train"] == counts["evaluate"] == 9
     assert counts["mine"] == 1 and counts["select_captions"] == 1
     assert "download_karpathy" not in counts and "download_coco_images" not in counts
+
+
+# ---- bad input at scale, planted by the rehearsal and met by the real steps -------------------
+
+FEATURES = {"arch": "resnet18", "weights": "none", "resize": 16, "crop": 16, "dtype": "float32",
+            "format": "npz", "batch_size": 2, "workers": 0, "device": "cpu", "shard_size": 2}
+
+
+def _step(capsys, *argv) -> tuple[int, list[str]]:
+    """Run one step command; its exit code and its stderr lines without progress bars."""
+    from pseudopairs import cli
+
+    code = cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return code, [line for line in err.splitlines() if line.strip() and "img/s]" not in line]
+
+
+def _flickr_features(mirror, out, capsys):
+    lists = out / "lists"
+    assert _step(capsys, "read-multi30k", "--root", mirror, "--task", "task2", "--split", "train",
+                 "--images-dir", out / "flickr", "--captions-out", lists / "c.parquet",
+                 "--images-out", lists / "i.parquet")[0] == 0
+    return _step(capsys, "features", "--images", lists / "i.parquet", "--output", out / "f.npz",
+                 "--skipped", out / "f.skipped.tsv", "--settings", json.dumps(FEATURES))
+
+
+@pytest.mark.parametrize("defect, index", [("truncated_jpeg", 0), ("missing_image", 1)])
+def test_a_planted_bad_image_stops_features_with_one_line_naming_it(mirror, tmp_path, capsys, defect, index):
+    out = tmp_path / "out"
+    result = _build(_settings(mirror, defects=[defect]), out)
+    bad = out / "flickr" / f"{index + 1}.jpg"
+    assert result["defects"] == [f"{defect}: {bad}"]
+    code, err = _flickr_features(mirror, out, capsys)
+    assert code == 1 and len(err) == 1 and str(bad) in err[0], err
+    assert not (out / "f.npz").exists()                 # nothing that looks complete
+
+
+def test_planted_caption_defects_are_one_line_errors_or_kept_whole(mirror, tmp_path, capsys):
+    import pandas as pd
+
+    def read_coco(defects):
+        out = tmp_path / "-".join(defects)
+        _build(_settings(mirror, defects=defects), out)
+        with zipfile.ZipFile(out / "coco" / "caption_datasets.zip") as zf:
+            zf.extractall(out / "json")
+        code, err = _step(capsys, "read-coco", "--karpathy-json", out / "json" / "dataset_coco.json",
+                          "--split", "train", "--images-dir", out / "images",
+                          "--captions-out", out / "c.parquet", "--images-out", out / "i.parquet")
+        return out, code, err
+
+    for defect, message in (("duplicate_image", r"images\[1\]: cocoid \d+ already used by images\[0\]"),
+                            ("empty_caption", r"images\[0\]\.sentences\[1\]: empty caption")):
+        out, code, err = read_coco([defect])
+        assert code == 1 and len(err) == 1, err
+        assert str(out / "json" / "dataset_coco.json") in err[0]
+        assert re.search(message, err[0]), err[0]
+        assert not (out / "c.parquet").exists()
+    # the 300-token caption is read and prepared whole (301 tokens with the full stop)
+    out, code, err = read_coco(["long_caption"])
+    assert code == 0
+    assert _step(capsys, "prepare-captions", "--input", out / "c.parquet", "--output", out / "p.parquet")[0] == 0
+    texts = pd.read_parquet(out / "p.parquet")["text"].tolist()
+    assert len(texts[0].split()) == 300 and texts[0].startswith("a dog runs on the grass")
+
+
+def test_an_unknown_defect_is_refused_naming_the_key(mirror):
+    with pytest.raises(SettingsError, match=r"rehearsal.defects"):
+        _settings(mirror, defects=["gremlins"])

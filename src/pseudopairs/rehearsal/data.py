@@ -14,6 +14,8 @@
 - **Parallel text** for ``train-mt`` (the rehearsal trains its En→De model; the real
   configuration downloads one): Multi30K task 1's train and val sentences, one per line.
 
+``rehearsal.defects`` plants bad inputs (a truncated JPEG, a missing image, a 300-token caption,
+an empty caption, a duplicated COCO id) so that a rehearsal shows what each does to the run.
 Everything is a pure function of the settings and the mirror; files are written atomically.
 """
 
@@ -116,6 +118,27 @@ def coco_karpathy(settings: RehearsalSettings, pool: list[str]) -> dict[str, Any
     return {"dataset": "coco", "images": images}
 
 
+#: The 300-token caption of the ``long_caption`` defect.
+LONG_CAPTION = " ".join(["A", "dog", "runs", "on", "the", "grass"] * 50)
+
+
+def plant_caption_defects(data: dict[str, Any], defects) -> list[str]:
+    """Plant the caption defects in the first training images of a Karpathy object (in place);
+    returns what was planted, one line each."""
+    train = [im for im in data["images"] if im["split"] in ("train", "restval")]
+    planted = []
+    if "long_caption" in defects:
+        train[0]["sentences"][0]["raw"] = LONG_CAPTION
+        planted.append(f"long_caption: cocoid {train[0]['cocoid']}, sentence 0 (300 tokens)")
+    if "empty_caption" in defects:
+        train[0]["sentences"][1]["raw"] = "   "
+        planted.append(f"empty_caption: cocoid {train[0]['cocoid']}, sentence 1")
+    if "duplicate_image" in defects:
+        train[1]["cocoid"] = train[0]["cocoid"]
+        planted.append(f"duplicate_image: cocoid {train[0]['cocoid']} on two images")
+    return planted
+
+
 def write_zip_atomic(path: Path, members) -> int:
     """Write ``members`` ((name, bytes) pairs) as a stored zip; returns the member count."""
     count = 0
@@ -133,16 +156,30 @@ def build(settings: RehearsalSettings, *, flickr_dir: Path, karpathy_zip: Path, 
     root = Path(settings.multi30k)
     names = flickr_image_names(root)
     flickr_dir.mkdir(parents=True, exist_ok=True)
+    # the image defects hit the first training images of task 2's list
+    truncated = names[0] if "truncated_jpeg" in settings.defects else None
+    missing = names[1] if "missing_image" in settings.defects else None
     for name in tqdm(names, desc="flickr30k images", unit="img", mininterval=5.0):
         target = flickr_dir / name
-        if not target.is_file():
+        if name == missing:
+            target.unlink(missing_ok=True)
+            continue
+        jpeg = pattern_jpeg(settings.seed, name, settings.image_size)
+        if name == truncated:
+            jpeg = jpeg[: len(jpeg) // 2]
+        if name == truncated or not target.is_file() or target.stat().st_size != len(jpeg):
             with atomic_path(target) as tmp:
-                tmp.write_bytes(pattern_jpeg(settings.seed, name, settings.image_size))
+                tmp.write_bytes(jpeg)
     for split, out in PARALLEL_SPLITS.items():
         for lang in ("en", "de"):
             lines = _read_lines(root / "task1" / "raw" / f"{split}.{lang}.gz")
             write_text_atomic(parallel_dir / f"{out}.{lang}", "".join(line + "\n" for line in lines))
     data = coco_karpathy(settings, english_caption_pool(root))
+    planted = plant_caption_defects(data, settings.defects)
+    planted += [f"truncated_jpeg: {flickr_dir / truncated}"] if truncated else []
+    planted += [f"missing_image: {flickr_dir / missing}"] if missing else []
+    for line in planted:
+        log.warning("planted defect %s", line)
     for part in sorted(set(COCO_PART.values())):
         members = ((f"{part}/{image['filename']}",
                     pattern_jpeg(settings.seed, image["filename"], settings.image_size))
@@ -154,7 +191,8 @@ def build(settings: RehearsalSettings, *, flickr_dir: Path, karpathy_zip: Path, 
     captions = sum(min(5, len(image["sentences"])) for image in data["images"]
                    if image["split"] in ("train", "restval"))
     summary = {"flickr_images": len(names), "coco_images": len(data["images"]),
-               "coco_train_captions": captions, "seconds": round(time.perf_counter() - start, 1)}
+               "coco_train_captions": captions, "defects": planted,
+               "seconds": round(time.perf_counter() - start, 1)}
     log.info("rehearsal inputs: %s", summary)
     return summary
 
