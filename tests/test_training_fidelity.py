@@ -1,4 +1,4 @@
-"""Training details that change results (issue 27): the c2c warm-up as the authors' code does it,
+"""Training details that change results: the c2c warm-up as the authors' code does it,
 paper 004's pooled c2c pairs, and its once-per-epoch validation of monolingual models."""
 
 from __future__ import annotations
