@@ -200,3 +200,32 @@ def test_a_monolingual_run_validates_once_per_epoch(world, tmp_path):
                    out_dir=tmp_path, seed=1)
     log = pd.read_csv(tmp_path / "train_log.csv")
     assert log.loc[log["val_score"].notna(), "update"].tolist() == [18, 36, 40]
+
+
+# ---------------------------------------------------------------------------------------------
+# The rows of papers 003 and 004 carry these settings as data (config/experiments.yaml)
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "paper.yaml"])
+def test_the_rows_of_papers_003_and_004_train_as_their_systems_did(configfile):
+    from pathlib import Path
+
+    from pseudopairs.config import check_config, load_config
+    from pseudopairs.experiments import training_settings
+    from pseudopairs.model.settings import check_settings
+
+    repo = Path(__file__).resolve().parents[1]
+    config = check_config(load_config(repo / "config" / "experiments.yaml", repo / "config" / configfile))
+    settings = {name: check_settings(training_settings(config, name)) for name in config["experiments"]}
+    # 004's code (2018) and 003 had no c2c warm-up; paper 000's rows keep the config's
+    assert settings["en_de_c2c"]["c2c_warmup"] == 0.96
+    for name in ("t_en_de_c2c", "c1_en_de_c2c", "half_en_de_c2c", "t_multi_c2c", "c1_multi_c2c",
+                 "t_multi_comp_c2c", "en_de_c2c_joint", "t_multi_joint"):
+        assert settings[name]["c2c_warmup"] is None, name
+    # 004's four-language c2c: all pairs one data set; paper 000's rows: a c2c data set uniformly
+    pooled = {name for name, s in settings.items() if s["c2c_pool"]}
+    assert pooled == {"t_multi_c2c", "c1_multi_c2c", "t_multi_comp_c2c"}
+    # 004's monolingual models validate once per epoch; 000's (also 004's Full Monolingual) do not
+    per_epoch = {name for name, s in settings.items() if s["validate_every_epochs"] is not None}
+    assert per_epoch == {"t_en", "t_de", "t_fr", "t_cs", "half_en", "half_de", "c1_en", "c1_de"}
+    assert all(settings[name]["validate_every_epochs"] == 1 for name in per_epoch)
