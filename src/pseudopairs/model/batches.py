@@ -13,6 +13,7 @@
   the max-violation loss always sees the same number of negatives; the items left out in one pass
   are random, so every item is equally likely over passes). A set smaller than the batch size is
   one batch of all its items, reshuffled at each draw.
+- :class:`PooledC2CData` joins several c2c data sets into one (``training.c2c_pool``, paper 004).
 - :class:`TaskSampler` draws each update's task: c2c with probability ``p`` when the experiment has
   c2c data sets, else c2i; then one data set of that task uniformly.
 
@@ -245,6 +246,53 @@ class C2CData:
         pairs = self.pairs[indices]
         tokens_a, lengths_a = self.a.tokens.batch(pairs[:, 0])
         tokens_b, lengths_b = self.b.tokens.batch(pairs[:, 1])
+        return C2CBatch(tokens_a, lengths_a, tokens_b, lengths_b)
+
+
+class PooledC2CData:
+    """All caption pairs of several c2c data sets as ONE data set (paper 004 §3: "all possible
+    <ca, cb> pairs across all languages are treated as a single data set"): item k is pair k of
+    the concatenated pair lists, so a batch mixes language pairs and a language pair's share of
+    the batches is its share of the pairs (004 Table 7: En–De 25 of an image's 46 pairs).
+    ``name`` is the members' names joined by ``+``."""
+
+    task = "c2c"
+
+    def __init__(self, parts: Sequence[C2CData]) -> None:
+        if len(parts) < 2:
+            raise ValueError("PooledC2CData: a pool needs at least two c2c data sets")
+        self.parts = list(parts)
+        self.name = "+".join(p.name for p in self.parts)
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def part_of(self, indices: np.ndarray) -> np.ndarray:
+        """The member each item belongs to (its position in ``parts``)."""
+        return np.searchsorted(self.starts, np.asarray(indices, dtype=np.int64), side="right") - 1
+
+    def batch(self, indices: np.ndarray) -> C2CBatch:
+        indices = np.asarray(indices, dtype=np.int64)
+        part = self.part_of(indices)
+        sides = []
+        for side in ("a", "b"):
+            pieces = []
+            for k in np.unique(part):
+                rows = np.flatnonzero(part == k)
+                member = self.parts[int(k)]
+                captions = member.a if side == "a" else member.b
+                pairs = member.pairs[indices[rows] - self.starts[k]]
+                pieces.append((rows, *captions.tokens.batch(pairs[:, 0 if side == "a" else 1])))
+            width = max(t.shape[1] for _, t, _ in pieces)
+            tokens = torch.full((len(indices), width), PAD_ID, dtype=torch.int64)
+            lengths = torch.ones(len(indices), dtype=torch.int64)
+            for rows, tok, length in pieces:
+                at = torch.from_numpy(rows)
+                tokens[at, :tok.shape[1]] = tok
+                lengths[at] = length
+            sides.append((tokens, lengths))
+        (tokens_a, lengths_a), (tokens_b, lengths_b) = sides
         return C2CBatch(tokens_a, lengths_a, tokens_b, lengths_b)
 
 

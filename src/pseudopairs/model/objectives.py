@@ -4,7 +4,8 @@
 ``sampled`` (papers 000 and 004): each update draws a task — c2c with probability
 ``c2c_probability`` when the experiment has c2c data sets (and the c2c warm-up, if any, has
 ended), else c2i — then a data set of that task uniformly and the next batch of its stream, and
-takes one optimiser step on the ranking loss of that batch.
+takes one optimiser step on the ranking loss of that batch. With ``c2c_pool`` (paper 004) the
+c2c data sets are one data set of all their pairs, so a c2c batch mixes language pairs.
 
 ``joint`` (paper 003, Calixto & Liu 2017, §3 Eq. 1–3): every update sums the pairwise ranking
 loss over every pair of sources present for the images of one batch — the image with each of its
@@ -25,11 +26,12 @@ c2c, the two captions (caption–caption pairs, R_ML) — and takes one optimise
   negatives and the ``max_violation`` and ``margin`` settings of ``sampled``; image–caption pairs
   use the run's similarity (the image as ``v`` of ``order``), caption–caption pairs its
   caption–caption counterpart;
-- with ``c2c_warmup`` the caption–caption pairs join once the image–caption part, scaled to one
-  full batch, leaves the collapsed plateau (as ``sampled`` switches c2c on);
+- with ``c2c_warmup`` (and max-violation) the caption–caption pairs join after the validation at
+  which the image–caption part, scaled to one full batch and averaged since the previous
+  validation, has left the collapsed plateau (as ``sampled`` switches c2c on);
 - the group's image stream, the caption draws and the group draws are seeded from the run's
   seed and saved in the resumable state, so a killed run resumes to the same weights.
-``c2c_probability`` is not used by ``joint``. The training log names the task ``joint`` and the
+``c2c_probability`` and ``c2c_pool`` are not used by ``joint``. The training log names the task ``joint`` and the
 group (its data sets joined by ``+``).
 """
 

@@ -33,7 +33,18 @@ class TrainingSettings(Settings):
     patience: int = setting(kind=int, low=1, doc="validations without improvement before stopping (paper: 10)")
     max_updates: int = setting(kind=int, low=1, doc="a guard: no run should reach it")
     c2c_warmup: float | None = setting(None, kind=float, low=0, high=1, low_open=True, optional=True,
-                                       doc="c2c only once the c2i loss < this × the collapsed plateau")
+                                       doc="with max_violation: c2c only once the mean c2i loss "
+                                           "since the last validation < this × the collapsed "
+                                           "plateau, checked at validations (paper 000's code); "
+                                           "null: c2c from the first update")
+    validate_every_epochs: int | None = setting(None, kind=int, low=1, optional=True,
+                                                doc="validate every this many epochs instead (an "
+                                                    "epoch: one pass of every data set's batches; "
+                                                    "paper 004's monolingual models: 1)")
+    c2c_pool: bool = setting(False, kind=bool,
+                             doc="all c2c pairs of the experiment one data set, a batch mixing "
+                                 "language pairs (paper 004) instead of a c2c data set drawn "
+                                 "uniformly, then a batch of it (paper 000)")
     objective: str = setting("sampled", kind=str,
                              doc="a registered training objective: sampled (one task per update; papers "
                                  "000, 004) | joint (the loss summed over every pair of sources of a "

@@ -9,9 +9,10 @@ them (``results/models/{experiment}/seed{seed}/``: ``checkpoint.pt``, ``vocab.js
 
 - ``batched``: one :class:`~pseudopairs.model.stack.StackedRankingModel`; each update draws every
   model's batch from its own trainer and runs them as one batched forward/backward
-  (:func:`~pseudopairs.model.stack.stacked_update`). At each validation every model's weights
-  are copied into its run and validated as a separate run's would be. A model that stops leaves
-  the stack; the others go on.
+  (:func:`~pseudopairs.model.stack.stacked_update`). At each of a model's validations (its own
+  schedule: ``validate_every_epochs`` counts its own data's epochs) its weights are copied into
+  its run and validated as a separate run's would be, and its c2c warm-up decided. A model that
+  stops leaves the stack; the others go on.
 - ``separate``: the models one after the other, each exactly as ``train`` trains it alone (a
   stack of one is always this).
 - ``auto``: ``batched`` on a GPU, ``separate`` on the CPU (measured: ``docs/benchmarks.md``).
@@ -81,39 +82,36 @@ class _StackLoop:
 
     def run(self) -> None:
         settings = self.runs[0].settings
-        max_updates, every = settings["max_updates"], settings["validate_every"]
-        bar = tqdm(total=max_updates, initial=self.runs[0].progress.update, mininterval=10, unit="upd",
-                   desc=f"train {self.runs[0].spec['experiment']} × {len(self.runs)}")
+        bar = tqdm(total=settings["max_updates"], initial=self.runs[0].progress.update, mininterval=10,
+                   unit="upd", desc=f"train {self.runs[0].spec['experiment']} × {len(self.runs)}")
         while self.runs:
             draws = []
             for run in self.runs:
                 task, name, batch = run.trainer.next_batch()
-                draws.append((task, name, batch, run.trainer.c2c_enabled))
+                draws.append((task, name, batch))
             losses = stacked_update(self.stack, self.optimizer, [d[2] for d in draws], **self.options)
             bar.update(1)
-            for s, (run, (task, name, batch, was_enabled)) in enumerate(zip(self.runs, draws)):
-                p = run.progress
+            for s, (run, (task, name, batch)) in enumerate(zip(self.runs, draws)):
                 if isinstance(batch, C2IBatch):
                     run.trainer.note_c2i_loss(losses[s])
-                p.update += 1
-                if run.trainer.c2c_enabled and not was_enabled:
-                    p.c2c_from = p.update
-                    log.info("%s seed %d update %d: c2i loss left the collapsed plateau; c2c "
-                             "switched on", run.spec["experiment"], run.seed, p.update)
-                run.pending.append((p.update, task, name, losses[s]))
-            update = self.runs[0].progress.update
-            at_validation = update % every == 0 or update >= max_updates
-            if at_validation or len(self.runs[0].pending) >= LOSS_READBACK_EVERY:
+                run.progress.update += 1
+                run.pending.append((run.progress.update, task, name, losses[s]))
+            # each model validates on its own schedule (validate_every_epochs: its own data's
+            # epoch) and decides its own c2c warm-up there
+            due = [run.validation_due() for run in self.runs]
+            if any(due) or len(self.runs[0].pending) >= LOSS_READBACK_EVERY:
                 for run in self.runs:
                     run.read_losses()
-            if at_validation:
-                self.validate()
+            if any(due):
+                self.validate(due)
         bar.close()
 
-    def validate(self) -> None:
-        for s, run in enumerate(self.runs):
-            self.stack.copy_into(s, run.model)
-            run.validation()
+    def validate(self, due: Sequence[bool]) -> None:
+        """Validate the models whose validation is ``due``; the finished ones leave the stack."""
+        for s, (run, now) in enumerate(zip(self.runs, due)):
+            if now:
+                self.stack.copy_into(s, run.model)
+                run.validation()
         done = [r for r in self.runs if r.progress.finished]
         for run in done:  # its final state is in its last.pt; train_stack writes its files
             log.info("%s seed %d finished (%s); %d model(s) go on", run.spec["experiment"], run.seed,

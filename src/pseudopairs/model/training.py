@@ -5,19 +5,25 @@ draw a task — c2c with probability ``c2c_probability`` when the experiment has
 else c2i — a data set of that task uniformly, and the next batch of its stream; ``joint``: one
 batch of images with a caption per data set, the loss summed over every pair of sources), then
 one Adam step on the VSE++ loss (with the run's similarity, ``training.similarity``) with
-gradient-norm clipping. Every ``validate_every`` updates (and at the
-last update) the model is scored on the validation split: the sum over ``validation.langs`` of
-R@1+R@5+R@10 in both directions. Training stops after ``patience`` validations without
-improvement or at ``max_updates``; the best model is kept. The training log says which ended it.
+gradient-norm clipping. With ``training.c2c_pool`` (paper 004) the c2c data sets are one data set
+of all their pairs (:class:`~pseudopairs.model.batches.PooledC2CData`). Every ``validate_every``
+updates — or every ``validate_every_epochs`` epochs (paper 004's monolingual models; an epoch is
+one pass of every data set's batch stream) — and at the last update the model is scored on the
+validation split: the sum over ``validation.langs`` of R@1+R@5+R@10 in both directions. Training
+stops after ``patience`` validations without improvement or at ``max_updates``; the best model is
+kept. The training log says which ended it.
 
-c2c warm-up (``training.c2c_warmup``, off by default): the authors' code switches the c2c task on
-only once the c2i loss has left the collapsed plateau — the loss of a model whose embeddings are
-all equal, where every hinge is the margin: ``2·B·margin`` per batch for max-violation and
-``2·B·(B−1)·margin`` for the sum over negatives (B = batch size). With ``c2c_warmup: f``, c2c is
-drawn only after the mean of the last :data:`WARMUP_WINDOW` c2i losses falls below ``f`` × that
-plateau (the authors' threshold 49 at batch 128, margin 0.2 is f ≈ 0.96), and stays on. (Under
-``joint`` the image–caption part of each update, scaled to one full batch, is watched, and the
-caption–caption pairs join the sum once it is below.)
+c2c warm-up (``training.c2c_warmup``, off by default; :mod:`pseudopairs.model.schedule`): the
+authors' code switches the c2c task on only once the c2i loss has left the collapsed plateau —
+the loss of a model whose embeddings are all equal, where every hinge is the margin:
+``2·B·margin`` per batch for max-violation (B = batch size). With ``c2c_warmup: f`` and the
+max-violation loss, c2c is off until a validation at which the mean of the c2i losses since the
+previous validation is below ``f`` × that plateau (the authors' threshold 49 at batch 128, margin
+0.2 is f ≈ 0.96); from the next update on it is drawn, and stays on. With the sum of hinges
+(``max_violation: false``) there is no warm-up, as in the authors' code. (Under ``joint`` the
+image–caption part of each update, scaled to one full batch, is watched, and the caption–caption
+pairs join the sum after that validation.) ``c2c_from`` in the checkpoint and the summary: the
+update of that validation.
 
 Files in ``out_dir``:
 - ``checkpoint.pt`` — best weights + model dimensions + spec + settings + best score and its
@@ -47,7 +53,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -58,8 +63,8 @@ from tqdm import tqdm
 
 from pseudopairs import commands
 from pseudopairs.io import write_json_atomic, write_text_atomic
-from pseudopairs.model.batches import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, TaskSampler,
-                                       stream_rng)
+from pseudopairs.model.batches import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, PooledC2CData,
+                                       TaskSampler, stream_rng)
 from pseudopairs.model.checkpoints import (CHECKPOINT_FORMAT, STATE_FORMAT, cpu_state, load_model,
                                            rng_states, save_atomic, seed_everything, set_rng_states)
 from pseudopairs.model.encode import validate
@@ -68,6 +73,7 @@ from pseudopairs.model.inputs import (check_spec, input_stamps, load_data, run_v
                                       training_image_statistics)
 from pseudopairs.model.objectives import OBJECTIVES
 from pseudopairs.model.losses import plateau_loss
+from pseudopairs.model.schedule import C2CWarmup, updates_per_epoch, validation_interval
 from pseudopairs.model.settings import check_settings
 from pseudopairs.settings import resolve_device
 
@@ -82,8 +88,6 @@ LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
 # Losses stay on the device and are read back (one synchronisation) every this many updates and
 # at every validation; a non-finite one is reported with its own update number.
 LOSS_READBACK_EVERY = 50
-# c2i losses averaged by the c2c warm-up (the authors' code logs and averages every 10 updates).
-WARMUP_WINDOW = 10
 # Settings that do not change the result of a (CPU) run, so a resumed run may differ in them
 # (how a job groups its seeds does not; how it computes them is in the run key as "compute").
 _RUN_NEUTRAL_SETTINGS = ("device", "threads", "stack", "stack_compute", "resume_every")
@@ -110,9 +114,11 @@ class Trainer:
         objective = OBJECTIVES.get(settings.get("objective", "sampled"))
         self.objective = objective.update_function()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
-        self.data: dict[tuple[str, str], C2IData | C2CData] = {}
+        self.data: dict[tuple[str, str], C2IData | C2CData | PooledC2CData] = {}
         self.streams: dict[tuple[str, str], BatchStream] = {}
-        for dataset in [*c2i, *c2c]:
+        # training.c2c_pool (paper 004): the sampled objective draws c2c batches from one pool
+        drawn_c2c = [PooledC2CData(c2c)] if settings.get("c2c_pool") and len(c2c) > 1 else list(c2c)
+        for dataset in [*c2i, *drawn_c2c]:
             key = (dataset.task, dataset.name)
             if len(dataset) < 2:
                 raise ValueError(f"data set {dataset.name}: {len(dataset)} item(s); a contrastive "
@@ -120,17 +126,26 @@ class Trainer:
             self.data[key] = dataset
             self.streams[key] = BatchStream(len(dataset), settings["batch_size"],
                                             rng=_stream_seed(seed, f"{dataset.task}:{dataset.name}"))
-        self.sampler = TaskSampler(c2i=[d.name for d in c2i], c2c=[d.name for d in c2c],
+        self.sampler = TaskSampler(c2i=[d.name for d in c2i], c2c=[d.name for d in drawn_c2c],
                                    c2c_probability=settings["c2c_probability"],
                                    rng=_stream_seed(seed, "task-sampler"))
-        warmup = settings.get("c2c_warmup")
-        self.c2c_enabled = not (warmup and c2c)
-        self.warmup_threshold = None if self.c2c_enabled else warmup * plateau_loss(
-            batch_size=settings["batch_size"], margin=settings["margin"],
-            max_violation=settings["max_violation"])
-        self.recent_c2i: deque = deque(maxlen=WARMUP_WINDOW)
+        self.warmup = C2CWarmup.for_run(
+            c2c_warmup=settings.get("c2c_warmup"), has_c2c=bool(c2c),
+            max_violation=settings["max_violation"],
+            plateau=plateau_loss(batch_size=settings["batch_size"], margin=settings["margin"],
+                                 max_violation=settings["max_violation"]))
         setup = objective.setup_function()
         self.objective_state = setup(self, c2i=c2i, c2c=c2c, seed=seed) if setup else None
+
+    @property
+    def c2c_enabled(self) -> bool:
+        """Whether c2c is on (no warm-up, or the warm-up has ended)."""
+        return self.warmup.enabled
+
+    def epoch_updates(self) -> int:
+        """Updates of one epoch: one pass of every batch stream (:mod:`pseudopairs.model.schedule`)."""
+        return updates_per_epoch([s.n_items for s in self.streams.values()],
+                                 batch_size=self.settings["batch_size"])
 
     def update(self) -> tuple[str, str, torch.Tensor]:
         """One training update of the run's objective: (task, data set, detached loss)."""
@@ -145,19 +160,13 @@ class Trainer:
 
     def note_c2i_loss(self, loss: torch.Tensor) -> None:
         """The c2c warm-up (module docstring): an objective reports each update's c2i loss (of one
-        full batch) while c2c is off; c2c goes on once the last window's mean is below the
-        threshold."""
-        if self.c2c_enabled:
-            return
-        self.recent_c2i.append(float(loss))
-        if (len(self.recent_c2i) == WARMUP_WINDOW
-                and sum(self.recent_c2i) / WARMUP_WINDOW < self.warmup_threshold):
-            self.c2c_enabled = True
+        full batch; kept on the device, read at the validation that decides)."""
+        self.warmup.note(loss)
 
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(),
                  "streams": {f"{t}:{n}": s.state_dict() for (t, n), s in self.streams.items()},
-                 "c2c_enabled": self.c2c_enabled, "recent_c2i": list(self.recent_c2i)}
+                 "warmup": self.warmup.state_dict()}
         if self.objective_state is not None:
             state["objective"] = self.objective_state.state_dict()
         return state
@@ -171,8 +180,7 @@ class Trainer:
             stream.load_state_dict(streams[f"{task}:{name}"])
         self.sampler.load_state_dict(state["sampler"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.c2c_enabled = bool(state.get("c2c_enabled", self.c2c_enabled))
-        self.recent_c2i = deque(state.get("recent_c2i", []), maxlen=WARMUP_WINDOW)
+        self.warmup.load_state_dict(state["warmup"])
         if self.objective_state is not None:
             self.objective_state.load_state_dict(state["objective"])
 
@@ -250,6 +258,11 @@ class _Run:
         self.model.to(device)
         self.trainer = Trainer(self.model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
         self.device = device
+        # updates between validations (training.validate_every, or validate_every_epochs epochs)
+        self.validate_every = validation_interval(
+            validate_every=settings["validate_every"],
+            validate_every_epochs=settings["validate_every_epochs"],
+            epoch_updates=self.trainer.epoch_updates())
         self.run_key = {"spec": spec, "seed": seed, "vocab_size": len(vocab), "compute": compute,
                         "settings": {k: v for k, v in settings.items() if k not in _RUN_NEUTRAL_SETTINGS},
                         "inputs": input_stamps(spec)}
@@ -335,6 +348,10 @@ class _Run:
             self.stop_non_finite(f"non-finite weights ({', '.join(bad)}) after update {p.update}")
         score, metrics = validate(self.model, self.val_sets)  # ranked on the training device
         p.rows[-1][4] = float(score)
+        if self.trainer.warmup.at_validation():  # c2c from the next update
+            p.c2c_from = p.update
+            log.info("%s seed %d update %d: the mean c2i loss since the last validation left the "
+                     "collapsed plateau; c2c switched on", self.spec["experiment"], self.seed, p.update)
         p.validations.append({"update": p.update, "score": float(score), "metrics": metrics})
         if score > p.best_score:
             p.best_score, p.best_update = float(score), p.update
@@ -356,22 +373,22 @@ class _Run:
             _write_log(self.partial_log_path, p.rows)
             self.save_state()
 
+    def validation_due(self) -> bool:
+        """Whether the update just taken ends with a validation (every ``validate_every`` updates
+        of this run, and at ``max_updates``)."""
+        update = self.progress.update
+        return update % self.validate_every == 0 or update >= self.settings["max_updates"]
+
     def loop(self) -> None:
         p, settings = self.progress, self.settings
-        max_updates, every = settings["max_updates"], settings["validate_every"]
-        bar = tqdm(total=max_updates, initial=p.update, desc=f"train {self.spec['experiment']}",
+        bar = tqdm(total=settings["max_updates"], initial=p.update, desc=f"train {self.spec['experiment']}",
                    mininterval=10, unit="upd")
         while not p.finished:
-            was_enabled = self.trainer.c2c_enabled
             task, name, loss = self.trainer.update()
             p.update += 1
-            if self.trainer.c2c_enabled and not was_enabled:
-                p.c2c_from = p.update
-                log.info("%s update %d: c2i loss left the collapsed plateau; c2c switched on",
-                         self.spec["experiment"], p.update)
             bar.update(1)
             self.pending.append((p.update, task, name, loss))
-            at_validation = p.update % every == 0 or p.update >= max_updates
+            at_validation = self.validation_due()
             if at_validation or len(self.pending) >= LOSS_READBACK_EVERY:
                 self.read_losses()
             if at_validation:

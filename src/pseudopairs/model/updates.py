@@ -64,7 +64,7 @@ def sampled_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
 def joint_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     """One update of the ``joint`` objective: the summed ranking loss of every image–caption pair
     and (once any c2c warm-up has ended) every c2c caption–caption pair of one batch of images."""
-    c2c_on = trainer.c2c_enabled           # a warm-up ending in this update adds c2c from the next
+    c2c_on = trainer.c2c_enabled           # a warm-up ends at a validation: c2c from the next update
     group, batch = trainer.objective_state.next()
     batch = batch.to(trainer.device, non_blocking=trainer.device.type == "cuda")
     model, settings = trainer.model, trainer.settings
