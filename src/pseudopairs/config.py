@@ -253,6 +253,9 @@ def _settings_errors(config: dict) -> list[str]:
         if "training" in exp:
             checks.append((TrainingSettings, {**config.get("training", {}), **exp["training"]},
                            f" (with the overrides of experiments.{name}.training)"))
+        if "model" in exp:
+            checks.append((ModelSettings, {**config.get("model", {}), **exp["model"]},
+                           f" (with the overrides of experiments.{name}.model)"))
     messages = _pretrained_weights_errors(config)
     for cls, values, context in checks:
         if values is None:

@@ -167,9 +167,10 @@ def vocabulary_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
 
 def training_settings(config: dict, name: str) -> dict[str, Any]:
     """The settings of the experiment's training jobs: the config's ``training`` and ``model``
-    sections, with the experiment's own ``training`` entries over them (so changing one
-    experiment's setting reruns that experiment and what depends on it, nothing else)."""
-    return {**config["training"], **experiment(config, name).get("training", {}), **config["model"]}
+    sections, with the experiment's own ``training`` and ``model`` entries over them (so changing
+    one experiment's setting reruns that experiment and what depends on it, nothing else)."""
+    exp = experiment(config, name)
+    return {**config["training"], **exp.get("training", {}), **config["model"], **exp.get("model", {})}
 
 
 def job_settings(config: dict, name: str) -> dict[str, Any]:

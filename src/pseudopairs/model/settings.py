@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pseudopairs.model.objectives import OBJECTIVES
+from pseudopairs.model.text_encoders import TEXT_ENCODERS
 from pseudopairs.settings import Settings, SettingsError, setting
 from pseudopairs.similarity.functions import SIMILARITIES
 
@@ -85,6 +86,15 @@ class ModelSettings(Settings):
     joint_dim: int = setting(kind=int, low=1, doc="GRU hidden size = joint space (paper: 1024)")
     image_normalization: str = setting(kind=str, choices=IMAGE_NORMALIZATIONS,
                                        doc="how stored image features enter the affine layer")
+    text_encoder: str = setting("gru", kind=str,
+                                doc="a registered text encoder: gru (one word-embedding table shared "
+                                    "by all languages; papers 000, 001, 003, 004) | hem (paper 002's "
+                                    "hybrid embedding: per-language rows for frequent words, a frozen "
+                                    "latent assignment for the rest, from the pretrain_hem step)")
+
+    def check(self) -> None:
+        if self.text_encoder not in TEXT_ENCODERS:
+            raise self.bad("text_encoder", f"must be one of {TEXT_ENCODERS.names()}")
 
 
 def check_settings(settings: dict) -> dict:
