@@ -203,3 +203,19 @@ def test_an_experiment_chooses_its_text_encoder():
     config["experiments"]["de_coco"]["model"] = {"text_encoder": "lstm"}
     with pytest.raises(Exception, match=r"text_encoder.*experiments\.de_coco\.model"):
         check_config(config)
+
+
+def test_a_hem_seed_block_trains_its_seeds_one_after_the_other(tmp_path, caplog):
+    """The batched stack implements the gru encoder only: a hem block asked to batch trains each
+    seed as a job of its own would, and says why."""
+    from pseudopairs.model.stack_training import train_stack
+    spec, _, _ = _hem_world(tmp_path)
+    settings = {**SETTINGS, "text_encoder": "hem", "max_updates": 10, "stack_compute": "batched"}
+    jobs = [{"seed": s, "spec": spec, "out_dir": str(tmp_path / f"seed{s}")} for s in (1, 2)]
+    with caplog.at_level("WARNING"):
+        summaries = train_stack(jobs=jobs, settings=settings)
+    assert "text_encoder 'hem' (the batched model implements 'gru')" in caplog.text
+    alone = training.train(spec=spec, settings=settings, out_dir=tmp_path / "alone", seed=2)
+    assert summaries[1]["best_score"] == alone["best_score"]
+    assert torch.equal(torch.load(tmp_path / "seed2" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"],
+                       torch.load(tmp_path / "alone" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"])
