@@ -170,6 +170,10 @@ def test_pca_by_hand():
     assert torch.allclose(pca.explained_variance, torch.tensor([16 / 3, 4 / 3],
                                                                dtype=torch.float64))
     assert torch.allclose(pca.transform(x[:1]), torch.tensor([[2 * math.sqrt(2), 0.0]]))
+    # whitened: each component over its standard deviation, 2√2 / √(16/3) = √(3/2)
+    assert torch.allclose(pca.transform(x[:1], whiten=True), torch.tensor([[math.sqrt(1.5), 0.0]]))
+    assert torch.allclose(pca.transform(x, whiten=True).double().var(dim=0),
+                          torch.ones(2, dtype=torch.float64), atol=1e-6)
     with pytest.raises(ValueError, match="at most 2"):
         fit_pca(x, 3)
 

@@ -150,3 +150,20 @@ def test_real_configuration_dag_lists_the_fasttext_and_hem_jobs(tmp_path):
     seeds = 3                                                  # paper.yaml: table_smalr2 seeds 1-3
     assert counts["fasttext"] == 3 * seeds * 4 and counts["pretrain_hem"] == 3 * seeds
     assert '"latent_size":40000' in result.stdout and '"dim":300' in result.stdout
+
+
+def test_pretrain_hem_whitens_unless_told_not_to(tmp_path, monkeypatch):
+    """hem.whiten (default true) reaches build_hem: unwhitened, the demo world's words all start
+    on a few latent tokens (docs/smalr.md)."""
+    import pseudopairs.smalr.hem_build as hem_build
+    seen = []
+    real = hem_build.build_hem
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["whiten"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hem_build, "build_hem", spy)
+    _steps(tmp_path / "a")
+    _steps(tmp_path / "b", hem={**HEM, "whiten": False})
+    assert seen == [True, False]

@@ -38,6 +38,10 @@ class HemSettings(Settings):
     latent_size: int = setting(40000, kind=int, low=1, doc="latent vocabulary before unused tokens "
                                                            "are dropped (002: 40K)")
     pca_dim: int = setting(50, kind=int, low=1, doc="FastText vectors reduced to this (002: 50)")
+    whiten: bool = setting(True, kind=bool,
+                           doc="reduced vectors with unit variance per component (not in 002: "
+                               "without it the demo's assignment starts and stays on a few "
+                               "latent tokens)")
     margin: float = setting(0.2, kind=float, low=0, doc="Eq. (1)'s margin (002: blank)")
     top_k: int = setting(10, kind=int, low=1, doc="most violated negatives per pair (002: blank)")
     explore_top: int = setting(5, kind=int, low=1, doc="exploration: draw among this many best "
