@@ -481,6 +481,7 @@ def test_fasttext_training_is_seeded_and_writes_vec(tmp_path):
     first = train_fasttext(sentences, tmp_path / "a.vec", dim=8, seed=5, epochs=2)
     second = train_fasttext(sentences, tmp_path / "b.vec", dim=8, seed=5, epochs=2)
     assert (tmp_path / "a.vec").read_bytes() == (tmp_path / "b.vec").read_bytes()
+    assert second.words == first.words and np.array_equal(second.vectors, first.vectors)
     assert sorted(first.words) == ["a", "cat", "dog", "grass", "on", "runs", "sleeps", "the"]
     assert first.vectors.shape == (8, 8)
     assert read_vec(tmp_path / "a.vec", dim=8).words == first.words
