@@ -61,7 +61,7 @@ def test_shipped_configs_are_valid(name):
         (lambda c: c["training"].update(c2c_warmup=2.0),
          "config key 'training.c2c_warmup': 2.0 is greater than the maximum of 1"),
         (lambda c: c["training"].update(objective="joint?"),
-         "config key 'training.objective': must be one of ['sampled', 'joint'] (got 'joint?')"),
+         "config key 'training.objective': must be one of ['sampled', 'joint', 'smalr'] (got 'joint?')"),
         (lambda c: c["experiments"]["en"].update(training={"similarity": "dot"}),
          "config key 'training.similarity': must be one of ['cosine', 'order'] (got 'dot') (with the overrides of "
          "experiments.en.training)"),

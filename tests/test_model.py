@@ -104,7 +104,8 @@ def test_model_init_is_deterministic_and_pad_row_is_zero():
     assert torch.count_nonzero(m1.embedding.weight[0]) == 0
     assert torch.count_nonzero(m1.image_projection.bias) == 0
     assert m1.config() == {"vocab_size": 20, "embedding_dim": 6, "joint_dim": 8, "image_dim": 10,
-                           "image_normalization": "raw", "similarity": "cosine"}
+                           "image_normalization": "raw", "similarity": "cosine",
+                           "text_encoder": "gru", "text_options": {}}
 
 
 def test_caption_encoding_is_final_state_of_the_real_length():

@@ -392,6 +392,10 @@ def tiny_report_config() -> dict:
                                                 "paper": {"fr": [47.0], "cs": [42.0]}}]},
         "table_lessons_fig3": {**lessons, "rows": [{"label": "per language",
                                                     "experiments": {"en": "en_de_coco_c2c", "de": "de_coco"}}]},
+        # paper 002's Table 2 cut to its SMALR row: the fasttext, pretrain_hem, hem + smalr
+        # training and evaluation jobs run for real
+        "table_smalr2": {**lessons, "rows": [{"label": "SMALR", "experiment": "smalr",
+                                              "paper": {"en": [69.6], "de": [64.7]}}]},
     })
     # each chain of iterated bootstrapping cut to one round (its table is a page like the others)
     config["rounds"] = {chain: {"rounds": 1} for chain in ("de_coco", "en_de_coco_c2c")}
@@ -417,7 +421,7 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert pages == ["all_results.html", "method_check.html", "pseudopair_stats.html",
                      *(f"table{k}.html" for k in range(1, 8)),
                      *(f"table_lessons{k}.html" for k in range(2, 8)), "table_lessons_fig3.html",
-                     "table_rounds_de_coco.html", "table_rounds_en_de_coco_c2c.html"]
+                     "table_rounds_de_coco.html", "table_rounds_en_de_coco_c2c.html", "table_smalr2.html"]
     assert (tmp_path / "results" / "figures" / "table_lessons_fig3.png").is_file()
     metrics = json.loads((tmp_path / "results/models/de_coco/seed1/metrics.json").read_text())
     lessons7 = pd.read_csv(tmp_path / "results" / "table_lessons7.csv")     # the translation portion
@@ -432,8 +436,9 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert start.categories == {"Tables", "Pseudopairs", "Training"} and "Start here" in start.menu_text
     shot = tmp_path / "all_results.png"
     view = browser.view_report(report, "All results", subcategory=PAGES, screenshot=shot)
-    # 7 tables, 7 of paper 004 and 2 of rounds, the method check, the §7.2 sets and their comparison
-    assert view.frame_tables == 16 + 1 + 2, view.frame_text[:3000]
+    # 7 tables, 7 of paper 004, 1 of paper 002 and 2 of rounds, the method check, the §7.2 sets
+    # and their comparison
+    assert view.frame_tables == 17 + 1 + 2, view.frame_text[:3000]
     # an effect chart per table with two rows of models (Tables 4 and 7, both chains' rounds), the
     # training curves, Figure 1, 004's Figure 3 as bars
     assert view.frame_images == 4 + 3

@@ -170,6 +170,10 @@ def test_pca_by_hand():
     assert torch.allclose(pca.explained_variance, torch.tensor([16 / 3, 4 / 3],
                                                                dtype=torch.float64))
     assert torch.allclose(pca.transform(x[:1]), torch.tensor([[2 * math.sqrt(2), 0.0]]))
+    # whitened: each component over its standard deviation, 2√2 / √(16/3) = √(3/2)
+    assert torch.allclose(pca.transform(x[:1], whiten=True), torch.tensor([[math.sqrt(1.5), 0.0]]))
+    assert torch.allclose(pca.transform(x, whiten=True).double().var(dim=0),
+                          torch.ones(2, dtype=torch.float64), atol=1e-6)
     with pytest.raises(ValueError, match="at most 2"):
         fit_pca(x, 3)
 
@@ -477,6 +481,7 @@ def test_fasttext_training_is_seeded_and_writes_vec(tmp_path):
     first = train_fasttext(sentences, tmp_path / "a.vec", dim=8, seed=5, epochs=2)
     second = train_fasttext(sentences, tmp_path / "b.vec", dim=8, seed=5, epochs=2)
     assert (tmp_path / "a.vec").read_bytes() == (tmp_path / "b.vec").read_bytes()
+    assert second.words == first.words and np.array_equal(second.vectors, first.vectors)
     assert sorted(first.words) == ["a", "cat", "dog", "grass", "on", "runs", "sleeps", "the"]
     assert first.vectors.shape == (8, 8)
     assert read_vec(tmp_path / "a.vec", dim=8).words == first.words

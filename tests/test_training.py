@@ -423,7 +423,10 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
                  "--experiment", "en_de_c2c", "--seed", "1", "--device", "cpu",
                  "--output", str(out)]) == 0
     metrics = json.loads(out.read_text())
-    assert set(metrics) == {"experiment", "seed", "retrieval", "translation", "sum_sum", "checkpoint"}
+    assert set(metrics) == {"experiment", "seed", "retrieval", "translation", "sum_sum", "checkpoint",
+                            "parameters"}
+    assert metrics["parameters"]["trainable"] == sum(p.numel() for p in
+                                                     checkpoints.load_model(root / "model" / "checkpoint.pt")[0].parameters())
     assert (metrics["experiment"], metrics["seed"]) == ("en_de_c2c", 1)
     assert metrics["checkpoint"] == {"update": summary["best_update"], "val_score": summary["best_score"],
                                      "updates": summary["updates"], "stop_reason": summary["stop_reason"]}

@@ -243,17 +243,25 @@ def _settings_errors(config: dict) -> list[str]:
     from pseudopairs.mining.settings import MiningSettings
     from pseudopairs.model.settings import ModelSettings, TrainingSettings
     from pseudopairs.settings import SettingsError
+    from pseudopairs.smalr.settings import FastTextSettings, HemSettings
     from pseudopairs.world.settings import WorldSettings
 
     from pseudopairs.features.pretraining import PretrainSettings
 
     checks = [(FeatureSettings, config.get("features"), ""), (ModelSettings, config.get("model"), ""),
               (TrainingSettings, config.get("training"), ""), (MiningSettings, config.get("mining"), ""),
-              (PretrainSettings, config.get("feature_pretraining"), ""), (WorldSettings, config.get("world"), "")]
+              (PretrainSettings, config.get("feature_pretraining"), ""), (WorldSettings, config.get("world"), ""),
+              (FastTextSettings, config.get("fasttext"), ""), (HemSettings, config.get("hem"), "")]
     for name, exp in config.get("experiments", {}).items():
         if "training" in exp:
             checks.append((TrainingSettings, {**config.get("training", {}), **exp["training"]},
                            f" (with the overrides of experiments.{name}.training)"))
+        if "hem" in exp:
+            checks.append((HemSettings, {**config.get("hem", {}), **exp["hem"]},
+                           f" (with the overrides of experiments.{name}.hem)"))
+        if "model" in exp:
+            checks.append((ModelSettings, {**config.get("model", {}), **exp["model"]},
+                           f" (with the overrides of experiments.{name}.model)"))
     messages = _pretrained_weights_errors(config)
     for cls, values, context in checks:
         if values is None:

@@ -162,14 +162,21 @@ def vocabulary_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     finetune = experiment(config, name).get("finetune")
     if finetune:
         return {"path": layout.model_vocabulary(finetune, seed)}
+    if _uses_hem(config, name):   # paper 002: the pretrain_hem step's vocabulary
+        return {"path": layout.hem_vocabulary(name, seed)}
     return {"min_count": config["vocab"]["min_count"]}
+
+
+def _uses_hem(config: dict, name: str) -> bool:
+    return training_settings(config, name).get("text_encoder", "gru") == "hem"
 
 
 def training_settings(config: dict, name: str) -> dict[str, Any]:
     """The settings of the experiment's training jobs: the config's ``training`` and ``model``
-    sections, with the experiment's own ``training`` entries over them (so changing one
-    experiment's setting reruns that experiment and what depends on it, nothing else)."""
-    return {**config["training"], **experiment(config, name).get("training", {}), **config["model"]}
+    sections, with the experiment's own ``training`` and ``model`` entries over them (so changing
+    one experiment's setting reruns that experiment and what depends on it, nothing else)."""
+    exp = experiment(config, name)
+    return {**config["training"], **exp.get("training", {}), **config["model"], **exp.get("model", {})}
 
 
 def job_settings(config: dict, name: str) -> dict[str, Any]:
@@ -227,6 +234,9 @@ def training_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
         "validation": validation_spec(config, name),
         "vocab": vocabulary_spec(config, name, seed),
         "init_from": layout.checkpoint(finetune, seed) if finetune else None,
+        # paper 002's hem text encoder starts from the pretrain_hem step's rows (only then a key,
+        # so no other experiment's job parameters change)
+        **({"text_init": layout.hem_init(name, seed)} if _uses_hem(config, name) and not finetune else {}),
     }
 
 
@@ -242,6 +252,8 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
         files.add(spec["init_from"])
     if "path" in spec["vocab"]:
         files.add(spec["vocab"]["path"])
+    if spec.get("text_init"):
+        files.add(spec["text_init"])
     return sorted(files)
 
 

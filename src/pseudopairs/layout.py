@@ -68,6 +68,26 @@ def metrics(experiment: str, seed: int | str) -> str:
     return f"{model_dir(experiment, seed)}/metrics.json"
 
 
+def smalr_dir(experiment: str, seed: int | str) -> str:
+    """Paper 002's inputs of a ``hem`` model's training (rules fasttext, pretrain_hem)."""
+    return f"{RESULTS}/smalr/{experiment}/seed{seed}"
+
+
+def fasttext_vectors(experiment: str, seed: int | str, lang: str) -> str:
+    """FastText vectors trained on the run's own ``lang`` training text (a ``.vec`` file)."""
+    return f"{smalr_dir(experiment, seed)}/fasttext.{lang}.vec"
+
+
+def hem_vocabulary(experiment: str, seed: int | str) -> str:
+    """HEM's vocabulary: each language's specific words and the latent token of every other."""
+    return f"{smalr_dir(experiment, seed)}/hem_vocab.json"
+
+
+def hem_init(experiment: str, seed: int | str) -> str:
+    """HEM's pretrained rows, which the model's text embedding starts from."""
+    return f"{smalr_dir(experiment, seed)}/hem_init.pt"
+
+
 def pseudopair_dir(pseudopairs: str, seed: int | str) -> str:
     return f"{RESULTS}/pseudopairs/{pseudopairs}/seed{seed}"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from pseudopairs import experiments as ex
 from pseudopairs import layout
 from pseudopairs import seed_blocks as blocks
+from pseudopairs.smalr import specs as smalr_specs
 
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]

@@ -53,15 +53,15 @@ def parallel_texts(captions, *, source_lang: str, target_lang: str, source: str)
 
 
 def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device: str = "cpu") -> dict:
-    from pseudopairs.data.vocab import Vocabulary
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.model.encode import encode_captions_texts, encode_image_features
+    from pseudopairs.model.text_encoders import load_vocabulary, parameter_counts
 
     model, meta = load_model(checkpoint, device=device)
     if caption_similarity(model.similarity) != "cosine":
         raise ValueError(f"{checkpoint}: translation retrieval has an exact engine for cosine "
                          f"caption pairs only, not {caption_similarity(model.similarity)!r}")
-    vocab = Vocabulary.load(vocab_path)
+    vocab = load_vocabulary(vocab_path)
     image_ids, features = load_features(spec["features"])
     image_embeddings = encode_image_features(model, features)
     tables = {spec["captions"]: read_captions(spec["captions"])}
@@ -76,7 +76,7 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
         for lang in langs:
             texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
                                         features=spec["features"])
-            caption_embeddings = encode_captions_texts(model, vocab, texts, batch_size=256)
+            caption_embeddings = encode_captions_texts(model, vocab, texts, lang=lang, batch_size=256)
             out[lang] = retrieval_metrics(image_embeddings=image_embeddings,
                                           caption_embeddings=caption_embeddings,
                                           caption_image_index=index, similarity=model.similarity)
@@ -88,8 +88,8 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     a, b = spec["translation_langs"]
     texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
                                       target_lang=b, source=spec["translation_captions"])
-    emb_a = encode_captions_texts(model, vocab, texts_a, batch_size=256)
-    emb_b = encode_captions_texts(model, vocab, texts_b, batch_size=256)
+    emb_a = encode_captions_texts(model, vocab, texts_a, lang=a, batch_size=256)
+    emb_b = encode_captions_texts(model, vocab, texts_b, lang=b, batch_size=256)
     translation = {
         f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
         f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
@@ -100,6 +100,8 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
         "sum_sum": sum(retrieval[lang]["rsum"] for lang in spec["langs"]),
         # how training ended (updates run, stop_reason: early stopping or the max_updates guard)
         "checkpoint": {k: meta[k] for k in ("update", "val_score", "updates", "stop_reason") if k in meta},
+        # the model's size (trainable, total, text embedding): paper 002's Figure 3 axis
+        "parameters": parameter_counts(model),
     }
     if spec.get("portion_langs"):
         result["portion_retrieval"] = portion_retrieval

@@ -46,9 +46,9 @@ def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
     that got a match, in query order) and ``stats.json``, both atomically."""
     import torch
 
-    from pseudopairs.data.vocab import Vocabulary
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.model.encode import encode_captions_texts
+    from pseudopairs.model.text_encoders import load_vocabulary
 
     spec = _check_mining_spec(spec)
     engine, criterion, params = settings.engine, settings.criterion, settings.params
@@ -56,7 +56,7 @@ def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
     device = torch.device(resolve_device(engine.device, key="mining.device"))
     started = time.perf_counter()
     model, meta = load_model(spec["checkpoint"], device=device)
-    vocab = Vocabulary.load(spec["vocab"])
+    vocab = load_vocabulary(spec["vocab"])
     tables = {}
     for role in ("queries", "database"):
         ref = spec[role]
@@ -69,7 +69,8 @@ def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
         tables[role] = frame
     batch = engine.encode_batch_size
     embeddings = {role: encode_captions_texts(model, vocab, tables[role]["text"].astype(str).tolist(),
-                                              batch_size=batch, progress=progress)
+                                              lang=spec[role]["lang"], batch_size=batch,
+                                              progress=progress)
                   for role in ("queries", "database")}
     encoded = time.perf_counter()
     indices, scores = nearest_neighbours(

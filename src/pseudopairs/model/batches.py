@@ -35,6 +35,7 @@ import torch
 
 from pseudopairs.io import check_caption_texts, check_missing_images, load_features, read_captions
 from pseudopairs.data.vocab import PAD_ID, Vocabulary
+from pseudopairs.model.text_encoders import language_view
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,8 @@ def load_caption_set(*, name: str, captions, lang: str, vocab: Vocabulary, featu
     check_caption_texts(texts, source=str(captions), what=f"{lang} captions (data set {name})")
     return CaptionSet(name=name, lang=lang, image_ids=image_ids,
                       caption_idx=frame["caption_idx"].to_numpy(dtype=np.int64), texts=texts,
-                      tokens=TokenTable.encode(vocab, texts), feature_rows=feature_rows,
+                      tokens=TokenTable.encode(language_view(vocab, lang), texts),
+                      feature_rows=feature_rows,
                       features=feats, feature_ids=feature_ids)
 
 

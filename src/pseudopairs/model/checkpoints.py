@@ -58,7 +58,9 @@ def load_model(checkpoint_path, device: str | torch.device = "cpu") -> tuple[Ran
     model = RankingModel(data["vocab_size"], embedding_dim=data["embedding_dim"],
                          joint_dim=data["joint_dim"], image_dim=data["image_dim"],
                          image_normalization=data.get("image_normalization", "raw"),
-                         similarity=data.get("similarity", "cosine"))  # older checkpoints: cosine
+                         similarity=data.get("similarity", "cosine"),  # older checkpoints: cosine
+                         text_encoder=data.get("text_encoder", "gru"),  # older checkpoints: gru
+                         text_options=data.get("text_options"))
     model.load_state_dict(data["model_state"])
     model.to(device).eval()
     meta = {k: v for k, v in data.items() if k != "model_state"}

@@ -11,6 +11,7 @@ from tqdm import tqdm
 from pseudopairs.data.vocab import Vocabulary
 from pseudopairs.model.batches import CaptionSet, TokenTable
 from pseudopairs.model.encoders import RankingModel
+from pseudopairs.model.text_encoders import language_view
 
 ENCODE_BATCH = 256
 
@@ -36,10 +37,12 @@ def encode_token_table(model: RankingModel, table: TokenTable, *, batch_size: in
 
 
 def encode_captions_texts(model: RankingModel, vocab: Vocabulary, texts: Sequence[str], *,
-                          batch_size: int = ENCODE_BATCH, progress: bool = False) -> torch.Tensor:
-    """Prepared (space-joined) caption texts → L2-normalised embeddings (float32, CPU)."""
-    return encode_token_table(model, TokenTable.encode(vocab, list(texts)), batch_size=batch_size,
-                              progress=progress)
+                          lang: str | None = None, batch_size: int = ENCODE_BATCH,
+                          progress: bool = False) -> torch.Tensor:
+    """Prepared (space-joined) caption texts of language ``lang`` → L2-normalised embeddings
+    (float32, CPU). A HEM model's vocabulary needs ``lang``; a shared one ignores it."""
+    return encode_token_table(model, TokenTable.encode(language_view(vocab, lang), list(texts)),
+                              batch_size=batch_size, progress=progress)
 
 
 @torch.no_grad()

@@ -2,8 +2,10 @@
 :mod:`pseudopairs.model.losses`.
 
 - image side: stored 2048-d ResNet50 features → one trained affine layer → ``joint_dim``;
-- text side: one word-embedding table shared by all languages (PAD = 0) → uni-directional 1-layer
-  GRU with ``joint_dim`` hidden units → final hidden state (of the real, unpadded length);
+- text side: the text encoder's embedding (``text_encoder``, :mod:`pseudopairs.model.text_encoders`:
+  ``gru``, one word-embedding table shared by all languages, PAD = 0; or ``hem``, paper 002's
+  hybrid embedding) → uni-directional 1-layer GRU with ``joint_dim`` hidden units → final hidden
+  state (of the real, unpadded length);
 - both sides L2-normalised, so dot products are cosine similarities; a model trained with a
   similarity that needs non-negative embeddings (``order``, paper 001 / Vendrov et al. 2016) takes
   the absolute value of the unit row, which keeps it a unit row;
@@ -26,6 +28,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from pseudopairs.data.vocab import PAD_ID
 from pseudopairs.model.settings import IMAGE_NORMALIZATIONS
+from pseudopairs.model.text_encoders import TEXT_ENCODERS
 from pseudopairs.similarity.functions import SIMILARITIES
 
 
@@ -36,7 +39,8 @@ class RankingModel(nn.Module):
 
     def __init__(self, vocab_size: int, *, embedding_dim: int, joint_dim: int,
                  image_dim: int = 2048, image_normalization: str = "raw",
-                 similarity: str = "cosine") -> None:
+                 similarity: str = "cosine", text_encoder: str = "gru",
+                 text_options: dict | None = None) -> None:
         super().__init__()
         for key, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
                            ("joint_dim", joint_dim), ("image_dim", image_dim)):
@@ -61,19 +65,29 @@ class RankingModel(nn.Module):
         # conditioning of the optimisation, not the model class (see set_image_standardization).
         self.register_buffer("image_mean", torch.zeros(self.image_dim))
         self.register_buffer("image_scale", torch.ones(self.image_dim))
-        self.embedding = nn.Embedding(self.vocab_size, self.embedding_dim, padding_idx=PAD_ID)
+        if text_encoder not in TEXT_ENCODERS:
+            raise ValueError(f"RankingModel: text_encoder must be one of {TEXT_ENCODERS.names()}, "
+                             f"got {text_encoder!r}")
+        self.text_encoder = text_encoder
+        self.text_options = dict(text_options or {})
+        # (B, T) ids → (B, T, embedding_dim), zeros at PAD (an nn.Embedding for gru)
+        self.embedding = TEXT_ENCODERS.get(text_encoder).embedding_function()(
+            self.vocab_size, self.embedding_dim, self.text_options)
         self.gru = nn.GRU(self.embedding_dim, self.joint_dim, num_layers=1, batch_first=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Deterministic from torch's global RNG: Xavier-uniform image projection with zero bias,
-        word embeddings uniform in ±0.1 (PAD row zero), PyTorch's default GRU initialisation."""
+        word embeddings (HEM: its rows) uniform in ±0.1 (PAD row zero), HEM's fully connected layer
+        and the GRU with PyTorch's default initialisation."""
         bound = math.sqrt(6.0) / math.sqrt(self.image_dim + self.joint_dim)
         with torch.no_grad():
             self.image_projection.weight.uniform_(-bound, bound)
             self.image_projection.bias.zero_()
             self.embedding.weight.uniform_(-0.1, 0.1)
             self.embedding.weight[PAD_ID].zero_()
+        if getattr(self.embedding, "projection", None) is not None:
+            self.embedding.projection.reset_parameters()
         self.gru.reset_parameters()
 
     @property
@@ -83,7 +97,17 @@ class RankingModel(nn.Module):
     def config(self) -> dict:
         return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
                 "joint_dim": self.joint_dim, "image_dim": self.image_dim,
-                "image_normalization": self.image_normalization, "similarity": self.similarity}
+                "image_normalization": self.image_normalization, "similarity": self.similarity,
+                "text_encoder": self.text_encoder, "text_options": dict(self.text_options)}
+
+    def set_text_embedding(self, *, weight, row_of_id) -> None:
+        """HEM's pretrained rows and its frozen assignment (:func:`~pseudopairs.model.text_encoders.read_hem_init`)."""
+        if self.text_encoder != "hem":
+            raise ValueError(f"set_text_embedding: the {self.text_encoder} text encoder has no "
+                             "pretrained rows")
+        with torch.no_grad():
+            self.embedding.weight.copy_(weight)
+            self.embedding.row_of_id.copy_(row_of_id)
 
     def set_image_standardization(self, *, mean, std) -> None:
         """Standardise image features as ``(x - mean) / std`` before the affine layer; dimensions

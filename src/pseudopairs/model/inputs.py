@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from pseudopairs.data.vocab import Vocabulary, build_vocabulary
+from pseudopairs.data.vocab import build_vocabulary
 from pseudopairs.io import read_captions
 from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, load_caption_set
+from pseudopairs.model.text_encoders import load_vocabulary
 
 
 def _check_table_ref(ref: Any, where: str, *, features_required: bool) -> dict:
@@ -62,6 +63,9 @@ def check_spec(spec: dict) -> dict:
     if not isinstance(other, dict) or not all(isinstance(v, str) and v for v in other.values()):
         raise ValueError("spec: validation.lang_captions must map languages to caption tables, "
                          f"got {other!r}")
+    if spec.get("text_init") is not None and not isinstance(spec["text_init"], str):
+        raise ValueError(f"spec: text_init must be a HEM initial state path or absent, got "
+                         f"{spec['text_init']!r}")
     if spec["init_from"] is not None and not isinstance(spec["init_from"], str):
         raise ValueError(f"spec: init_from must be a checkpoint path or null, got {spec['init_from']!r}")
     vocab = spec.get("vocab")
@@ -90,10 +94,12 @@ def input_stamps(spec: dict) -> list:
             paths += [e[side]["captions"]] + ([e[side]["features"]] if e[side].get("features") else [])
     if spec["init_from"]:
         paths.append(spec["init_from"])
+    if spec.get("text_init"):
+        paths.append(spec["text_init"])
     return [file_stamp(p) for p in paths]
 
 
-def load_data(spec: dict, vocab: Vocabulary, *, feature_cache: dict | None = None):
+def load_data(spec: dict, vocab, *, feature_cache: dict | None = None):
     """The run's c2i and c2c data sets, validation caption sets and image dimension.
     ``feature_cache`` (path → loaded features) lets the runs of one stack job share arrays."""
     feature_cache = {} if feature_cache is None else feature_cache
@@ -137,16 +143,14 @@ def training_image_statistics(c2i) -> tuple[np.ndarray, np.ndarray]:
     return stacked.mean(axis=0), stacked.std(axis=0)
 
 
-def run_vocabulary(spec: dict) -> Vocabulary:
+def run_vocabulary(spec: dict):
     """The run's vocabulary (paper §3.1; the authors' code builds it per run): the one at
-    ``spec["vocab"]["path"]`` (a fine-tuning source's), or one built with
+    ``spec["vocab"]["path"]`` (a fine-tuning source's, or the pretrain-hem step's HEM vocabulary:
+    :func:`~pseudopairs.model.text_encoders.load_vocabulary` reads either), or one built with
     ``spec["vocab"]["min_count"]`` from the training captions of the run's own data sets — every
     c2i and c2c data set (one language of one caption table), each counted once."""
     if "path" in spec["vocab"]:
-        path = Path(spec["vocab"]["path"])
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: vocabulary not found")
-        return Vocabulary.load(path)
+        return load_vocabulary(spec["vocab"]["path"])
     refs = [*spec["c2i"], *[e[side] for e in spec["c2c"] for side in ("a", "b")]]
     texts: list[str] = []
     seen: set[tuple[str, str]] = set()

@@ -82,3 +82,10 @@ OBJECTIVES.register("joint", Objective(
     summary="one batch of images of one image collection per update, one caption per data set "
             "per image; the ranking loss summed over every image–caption pair and every c2c "
             "caption–caption pair (paper 003)"))
+
+OBJECTIVES.register("smalr", Objective(
+    name="smalr", update="pseudopairs.model.smalr_objective:smalr_update",
+    setup="pseudopairs.model.smalr_objective:smalr_setup",
+    summary="joint's batches; 002's Eq. (3) on the unmasked and masked captions, plus MULE's "
+            "neighbourhood constraints and adversarial language classifier and masked "
+            "cross-language modelling, weighted (paper 002, SMALR)"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pseudopairs.model.objectives import OBJECTIVES
+from pseudopairs.model.text_encoders import TEXT_ENCODERS
 from pseudopairs.settings import Settings, SettingsError, setting
 from pseudopairs.similarity.functions import SIMILARITIES
 
@@ -48,7 +49,8 @@ class TrainingSettings(Settings):
     objective: str = setting("sampled", kind=str,
                              doc="a registered training objective: sampled (one task per update; papers "
                                  "000, 004) | joint (the loss summed over every pair of sources of a "
-                                 "batch of images; paper 003)")
+                                 "batch of images; paper 003) | smalr (joint's batches, 002's Eq. 3 on "
+                                 "unmasked and masked captions + MULE's constraints + MCLM; paper 002)")
     similarity: str = setting("cosine", kind=str,
                               doc="a registered similarity function: cosine | order (−‖max(0, c − v)‖² "
                                   "of image v and caption c on non-negative embeddings; paper 001, "
@@ -74,7 +76,30 @@ class TrainingSettings(Settings):
                                 doc="updates between saves of the resumable state last.pt (at the "
                                     "next validation); 0: at every validation")
 
+    # objective smalr (paper 002 §3.2-3.3; model/smalr_objective.py); read by no other objective
+    smalr_mask_fraction: float = setting(0.2, kind=float, low=0, high=1, high_open=True,
+                                         doc="smalr: share of each sentence's words masked for MCLM "
+                                             "(002: 20%)")
+    smalr_top_k: int = setting(10, kind=int, low=1,
+                               doc="smalr: most violated negatives kept per triplet (002's K is "
+                                   "blank in our copy; our choice)")
+    smalr_neighbourhood_weight: float = setting(1e-4, kind=float, low=0,
+                                                doc="smalr: weight of MULE's neighbourhood constraints "
+                                                    "(002 Eq. 4's first weight, 1e-4)")
+    smalr_language_weight: float = setting(1e-6, kind=float, low=0,
+                                           doc="smalr: weight of the adversarial language classifier "
+                                               "(002 Eq. 4's second weight, 1e-6)")
+    smalr_mclm_weight: float = setting(5e-2, kind=float, low=0,
+                                       doc="smalr: weight of masked cross-language modelling (002 "
+                                           "Eq. 4's third weight, 5e-2; 0: HEM without MCLM)")
+    smalr_language_hidden: int | None = setting(None, kind=int, low=1, optional=True,
+                                                doc="smalr: hidden units of the language classifier "
+                                                    "(none: one linear layer)")
+
     def check(self) -> None:
+        if self.objective == "smalr" and self.similarity != "cosine":
+            raise self.bad("similarity", "objective smalr scores with the cosine (002's triplet "
+                                         "losses); use similarity cosine")
         if self.objective not in OBJECTIVES:
             raise self.bad("objective", f"must be one of {OBJECTIVES.names()}")
         if self.similarity not in SIMILARITIES:
@@ -96,6 +121,15 @@ class ModelSettings(Settings):
     joint_dim: int = setting(kind=int, low=1, doc="GRU hidden size = joint space (paper: 1024)")
     image_normalization: str = setting(kind=str, choices=IMAGE_NORMALIZATIONS,
                                        doc="how stored image features enter the affine layer")
+    text_encoder: str = setting("gru", kind=str,
+                                doc="a registered text encoder: gru (one word-embedding table shared "
+                                    "by all languages; papers 000, 001, 003, 004) | hem (paper 002's "
+                                    "hybrid embedding: per-language rows for frequent words, a frozen "
+                                    "latent assignment for the rest, from the pretrain_hem step)")
+
+    def check(self) -> None:
+        if self.text_encoder not in TEXT_ENCODERS:
+            raise self.bad("text_encoder", f"must be one of {TEXT_ENCODERS.names()}")
 
 
 def check_settings(settings: dict) -> dict:

@@ -384,8 +384,10 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
 
 def stack_supported(settings: dict) -> str | None:
     """Why runs with ``settings`` cannot share one batched stack (None: they can): the batched
-    update implements the ``sampled`` objective."""
+    update implements the ``sampled`` objective and the ``gru`` text encoder."""
     if settings.get("objective", "sampled") != "sampled":
         return f"objective {settings['objective']!r} (the batched update implements 'sampled')"
+    if settings.get("text_encoder", "gru") != "gru":
+        return f"text_encoder {settings['text_encoder']!r} (the batched model implements 'gru')"
     return None
 

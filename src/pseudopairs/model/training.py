@@ -75,6 +75,7 @@ from pseudopairs.model.objectives import OBJECTIVES
 from pseudopairs.model.losses import plateau_loss
 from pseudopairs.model.schedule import C2CWarmup, updates_per_epoch, validation_interval
 from pseudopairs.model.settings import check_settings
+from pseudopairs.model.text_encoders import check_vocabulary, read_hem_init
 from pseudopairs.settings import resolve_device
 
 log = logging.getLogger(__name__)
@@ -211,11 +212,27 @@ def _write_log(path: Path, rows: list) -> None:
     write_text_atomic(path, frame.to_csv(index=False))
 
 
-def _build_model(spec: dict, settings: dict, *, n_words: int, image_dim: int, c2i) -> RankingModel:
-    model = RankingModel(n_words, embedding_dim=settings["embedding_dim"],
+def _build_model(spec: dict, settings: dict, *, vocab, image_dim: int, c2i) -> RankingModel:
+    """The run's model; every step after training rebuilds it from the checkpoint
+    (:func:`~pseudopairs.model.checkpoints.load_model`). A ``hem`` text encoder starts from the
+    rows and assignment of ``spec["text_init"]`` (the pretrain-hem step's output)."""
+    encoder = settings["text_encoder"]
+    check_vocabulary(vocab, encoder, where=f"spec: vocab of {spec['experiment']}")
+    text_init, options = None, {}
+    if encoder == "hem":
+        if not spec.get("text_init"):
+            raise ValueError(f"spec: {spec['experiment']} uses model.text_encoder hem but gives no "
+                             "text_init (the pretrain_hem step's initial rows)")
+        text_init = read_hem_init(spec["text_init"], vocab)
+        options = {"rows": int(text_init["weight"].shape[0]),
+                   "row_dim": int(text_init["weight"].shape[1])}
+    model = RankingModel(len(vocab), embedding_dim=settings["embedding_dim"],
                          joint_dim=settings["joint_dim"], image_dim=image_dim,
                          image_normalization=settings["image_normalization"],
-                         similarity=settings["similarity"])
+                         similarity=settings["similarity"], text_encoder=encoder,
+                         text_options=options)
+    if text_init is not None:
+        model.set_text_embedding(**text_init)
     if settings["image_normalization"] == "standardize":
         mean, std = training_image_statistics(c2i)
         model.set_image_standardization(mean=mean, std=std)
@@ -254,7 +271,7 @@ class _Run:
             log.warning("%s: c2c data sets given but c2c_probability is 0; they are never used",
                         spec["experiment"])
         seed_everything(seed)
-        self.model = _build_model(spec, settings, n_words=len(vocab), image_dim=image_dim, c2i=c2i)
+        self.model = _build_model(spec, settings, vocab=vocab, image_dim=image_dim, c2i=c2i)
         self.model.to(device)
         self.trainer = Trainer(self.model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
         self.device = device

@@ -1,6 +1,8 @@
 """SMALR (paper 002, Burns et al. 2020, "Learning to Scale Multilingual Representations for
-Vision-Language Tasks") as a library of tested components (a first step). Not yet wired
-into the model, the registries or the workflow: docs/smalr.md lists what that takes.
+Vision-Language Tasks"): its components, and the pipeline steps that use them (docs/smalr.md says
+what runs and what is still missing). The model side is in :mod:`pseudopairs.model`: the ``hem``
+text encoder (:mod:`~pseudopairs.model.text_encoders`) and the ``smalr`` objective
+(:mod:`~pseudopairs.model.smalr_objective`).
 
 - :mod:`~pseudopairs.smalr.paper` — the numbers 002 states, and those our copy leaves blank;
 - :mod:`~pseudopairs.smalr.triplet` — Eq. (1) / Eq. (3): cosine triplet losses, top-K most
@@ -13,5 +15,8 @@ into the model, the registries or the workflow: docs/smalr.md lists what that ta
   the adversarial language classifier behind a gradient reversal, Eq. (3);
 - :mod:`~pseudopairs.smalr.clc` — Cross-Lingual Consistency (§3.4): CLC-A, CLC-C;
 - :mod:`~pseudopairs.smalr.fasttext` — FastText vectors: trained with gensim (optional extra
-  ``smalr``), and the reader/writer of ``.vec`` text files.
+  ``smalr``), and the reader/writer of ``.vec`` text files;
+- :mod:`~pseudopairs.smalr.settings`, :mod:`~pseudopairs.smalr.specs`,
+  :mod:`~pseudopairs.smalr.step` — the ``fasttext`` and ``pretrain_hem`` steps: settings, inputs
+  from the config, commands ``train-fasttext`` and ``pretrain-hem``.
 """

@@ -69,9 +69,15 @@ class PCA:
     components: torch.Tensor
     explained_variance: torch.Tensor
 
-    def transform(self, x) -> torch.Tensor:
+    def transform(self, x, *, whiten: bool = False) -> torch.Tensor:
+        """``whiten``: each component divided by its standard deviation (unit variance on the
+        fitted rows; a component of zero variance is left as it is)."""
         x = torch.as_tensor(np.asarray(x) if not torch.is_tensor(x) else x, dtype=torch.float64)
-        return ((x - self.mean) @ self.components.t()).to(torch.float32)
+        out = (x - self.mean) @ self.components.t()
+        if whiten:
+            scale = self.explained_variance.sqrt()
+            out = out / torch.where(scale > 0, scale, torch.ones_like(scale))
+        return out.to(torch.float32)
 
 
 def fit_pca(vectors, dim: int) -> PCA:

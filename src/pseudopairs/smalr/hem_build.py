@@ -49,9 +49,12 @@ class HEMBuild:
 
 def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors], *,
               specific_per_language: int, pca_dim: int, settings: PretrainSettings,
-              output_dim: int | None = None) -> HEMBuild:
+              output_dim: int | None = None, whiten: bool = False) -> HEMBuild:
     """Steps 1–5 of the module docstring; ``vectors[lang]`` are that language's FastText
-    vectors (every language of ``sentences`` needs some)."""
+    vectors (every language of ``sentences`` needs some). ``whiten``: the reduced vectors with
+    unit variance per component (:meth:`~pseudopairs.smalr.hem.PCA.transform`); unwhitened, the
+    first components dominate the assignment layer's scores, and on the demo world all of a
+    language's words start on a few latent tokens (docs/smalr.md)."""
     langs = sorted({s.lang for s in sentences})
     absent = [lang for lang in langs if lang not in vectors]
     if absent:
@@ -70,7 +73,7 @@ def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors],
             raise ValueError(f"build_hem: {lang}: none of the training words has a vector")
         rows = torch.as_tensor(vectors[lang].vectors[[index[w] for w in known]])
         pcas[lang] = fit_pca(rows, pca_dim)
-        reduced[lang] = dict(zip(known, pcas[lang].transform(rows)))
+        reduced[lang] = dict(zip(known, pcas[lang].transform(rows, whiten=whiten)))
     specific, rest = split_vocabulary(
         {lang: {w: c for w, c in counts[lang].items() if w in reduced[lang]} for lang in langs},
         specific_per_language=specific_per_language)

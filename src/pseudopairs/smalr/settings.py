@@ -1,0 +1,67 @@
+"""Settings of SMALR's pipeline steps (paper 002 §3.1): the config's ``fasttext`` section (the
+``fasttext`` rule: word vectors trained on a run's own training text) and ``hem`` section (the
+``pretrain_hem`` rule: HEM's latent vocabulary and assignment); an experiment may override
+``hem`` entries (``experiments.NAME.hem``: the Language-Agnostic model is
+``specific_per_language: 0``). Checked without importing torch or gensim. Values 002's text
+states are marked "002"; the ones its copy leaves blank are our choices (docs/smalr.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pseudopairs.settings import Settings, setting
+
+PRETRAIN_MODES = ("straight_through", "soft")
+
+
+@dataclass(frozen=True)
+class FastTextSettings(Settings):
+    """The config's ``fasttext`` section (gensim FastText, CBOW, one worker, the run's seed)."""
+
+    SECTION = "fasttext"
+
+    dim: int = setting(300, kind=int, low=1, doc="vector size (002: 300, as the published vectors)")
+    epochs: int = setting(5, kind=int, low=1, doc="passes over the run's training text")
+    window: int = setting(5, kind=int, low=1, doc="context window")
+    min_count: int = setting(1, kind=int, low=1, doc="words seen fewer times get no vector of their own")
+
+
+@dataclass(frozen=True)
+class HemSettings(Settings):
+    """The config's ``hem`` section: HEM's pretraining (:mod:`pseudopairs.smalr.hem_build`)."""
+
+    SECTION = "hem"
+
+    specific_per_language: int = setting(1000, kind=int, low=0,
+                                         doc="each language's most frequent words that keep their own "
+                                             "row (002: blank in our copy); 0 = Language-Agnostic")
+    latent_size: int = setting(40000, kind=int, low=1, doc="latent vocabulary before unused tokens "
+                                                           "are dropped (002: 40K)")
+    pca_dim: int = setting(50, kind=int, low=1, doc="FastText vectors reduced to this (002: 50)")
+    whiten: bool = setting(True, kind=bool,
+                           doc="reduced vectors with unit variance per component (not in 002: "
+                               "without it the demo's assignment starts and stays on a few "
+                               "latent tokens)")
+    margin: float = setting(0.2, kind=float, low=0, doc="Eq. (1)'s margin (002: blank)")
+    top_k: int = setting(10, kind=int, low=1, doc="most violated negatives per pair (002: blank)")
+    explore_top: int = setting(5, kind=int, low=1, doc="exploration: draw among this many best "
+                                                       "tokens (002: blank)")
+    explore_probability: float = setting(0.1, kind=float, low=0, high=1,
+                                         doc="exploration: probability of a draw (002: blank)")
+    learning_rate: float = setting(1e-3, kind=float, low=0, low_open=True, doc="Adam (002: blank)")
+    steps: int = setting(500, kind=int, low=1, doc="pretraining minibatches")
+    batch_images: int = setting(32, kind=int, low=2, doc="images per minibatch")
+    sentences_per_image: int = setting(2, kind=int, low=2, doc="sentences of each image per minibatch")
+    mode: str = setting("straight_through", kind=str, choices=PRETRAIN_MODES,
+                        doc="how the hard assignment gets a gradient (docs/smalr.md)")
+
+    def pretrain(self, seed: int):
+        """The library's :class:`~pseudopairs.smalr.hem_pretrain.PretrainSettings` for ``seed``."""
+        from pseudopairs.smalr.hem_pretrain import PretrainSettings
+        return PretrainSettings(latent_size=self.latent_size, margin=self.margin, top_k=self.top_k,
+                                explore_top=self.explore_top,
+                                explore_probability=self.explore_probability,
+                                learning_rate=self.learning_rate, steps=self.steps,
+                                batch_images=self.batch_images,
+                                sentences_per_image=self.sentences_per_image, mode=self.mode,
+                                seed=int(seed))

@@ -1,0 +1,152 @@
+"""The ``smalr`` training objective (paper 002 §3.2–3.3): its terms on hand-made encodings
+against hand-computed values and the smalr library, and tiny runs (with the gru and the hem text
+encoder) that train, are deterministic and resume to the same weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import pseudopairs.model.smalr_objective as smalr_objective
+from pseudopairs.model.objectives import OBJECTIVES
+from pseudopairs.model.smalr_objective import Encoded, SmalrHeads, smalr_terms, total_loss
+from pseudopairs.settings import SettingsError
+from pseudopairs.smalr.constraints import image_sentence_loss
+from pseudopairs.smalr.mclm import mclm_all_pairs
+from test_text_encoders import _hem_world
+from test_training import SETTINGS, _Killed, _run, _same_weights, _weights, _world
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return _world(tmp_path_factory.mktemp("world"))
+
+
+def _identity_heads(dim=2):
+    torch.manual_seed(0)
+    heads = SmalrHeads(joint_dim=dim, embedding_dim=dim, languages=["de", "en"], hidden=None)
+    with torch.no_grad():
+        for head in (heads.sentence, heads.average):
+            head.layer.weight.copy_(torch.eye(2 * dim))
+            head.layer.bias.zero_()
+    return heads
+
+
+def _t(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def _two_sentences():
+    """Two images; image 0 has an En and a De caption, image 1 an En caption only."""
+    en = Encoded(lang="en", rows=np.array([0, 1]),
+                 full=_t([[1, 0], [0, 1]]), masked=_t([[0, 1], [0, 1]]),
+                 average=_t([[1, 0], [1, 1]]), average_masked=_t([[1, 0], [1, 0]]))
+    de = Encoded(lang="de", rows=np.array([0]),
+                 full=_t([[1, 0]]), masked=_t([[1, 0]]),
+                 average=_t([[0, 1]]), average_masked=_t([[1, 0]]))
+    return {"m30k.en": en, "m30k.de": de}
+
+
+def test_mclm_term_on_two_sentences_by_hand_and_as_the_library():
+    """With identity heads the prediction is the masked representation itself. Image 0 is the one
+    image with both languages: sentence level En 2 − 2·cos((0,1),(1,0)) = 2, De 0; average level
+    De predicts (1,0) for (0,1): 2, En 0 → 4 (the mean over the one row)."""
+    encoded = _two_sentences()
+    heads = _identity_heads()
+    images = _t([[1, 0], [0, 1]])
+    terms = smalr_terms(images, encoded, heads, margin=0.2, top_k=10)
+    assert terms["mclm"].item() == pytest.approx(4.0)
+    en, de = encoded["m30k.en"], encoded["m30k.de"]
+    library = (mclm_all_pairs(heads.sentence, {"en": en.full[:1], "de": de.full},
+                              {"en": en.masked[:1], "de": de.masked})
+               + mclm_all_pairs(heads.average, {"en": en.average[:1], "de": de.average},
+                                {"en": en.average_masked[:1], "de": de.average_masked}))
+    assert terms["mclm"].item() == pytest.approx(library.item())
+
+
+def test_image_sentence_term_counts_the_masked_captions_as_positives():
+    encoded = _two_sentences()
+    images = _t([[1, 0], [0, 1]])
+    terms = smalr_terms(images, encoded, _identity_heads(), margin=0.2, top_k=10)
+    # columns: En full (img 0, 1), De full (img 0), En masked (img 0, 1), De masked (img 0)
+    columns = _t([[1, 0], [0, 1], [1, 0], [0, 1], [0, 1], [1, 0]])
+    positive = torch.tensor([[1, 0, 1, 1, 0, 1], [0, 1, 0, 0, 1, 0]], dtype=torch.bool)
+    expected = image_sentence_loss(images, columns, positive, margin=0.2, top_k=10)
+    assert terms["image_sentence"].item() == pytest.approx(expected.item())
+    # by hand (cosines 0 or 1; margin 0.2): the one masked caption unlike its image is column 3
+    # (image 0's masked En, (0,1)). Images as anchors: image 0's pair with it has hinge
+    # 0.2 − 0 + 0 = 0.2 against both negatives; image 1's two pairs each see column 3 as a
+    # negative scoring 1 (0.2 − 1 + 1 = 0.2) among 4 negatives → 0.05; mean over 6 pairs
+    # (0.2 + 0.05 + 0.05) / 6 = 0.05. Sentences as anchors: column 3 scores 0 with its image and
+    # 1 with the other (1.2), every other column 0 → 1.2 / 6 = 0.2. Eq. (3): 0.05 + 1.5 · 0.2.
+    assert terms["image_sentence"].item() == pytest.approx(0.35)
+
+
+def test_total_loss_is_eq4_with_the_papers_weights():
+    terms = {"image_sentence": torch.tensor(1.0), "neighbourhood": torch.tensor(2.0),
+             "language": torch.tensor(3.0), "mclm": torch.tensor(4.0)}
+    settings = {"smalr_neighbourhood_weight": 1e-4, "smalr_language_weight": 1e-6,
+                "smalr_mclm_weight": 5e-2}
+    assert total_loss(terms, settings).item() == pytest.approx(1 + 2e-4 + 3e-6 + 0.2)
+
+
+def test_one_language_has_no_classifier_and_no_mclm():
+    encoded = {"m30k.en": _two_sentences()["m30k.en"]}
+    heads = SmalrHeads(joint_dim=2, embedding_dim=2, languages=["en"], hidden=None)
+    terms = smalr_terms(_t([[1, 0], [0, 1]]), encoded, heads, margin=0.2, top_k=10)
+    assert heads.classifier is None
+    assert terms["language"].item() == 0.0 and terms["mclm"].item() == 0.0
+
+
+def test_smalr_is_registered_and_needs_the_cosine(world, tmp_path):
+    assert "smalr" in OBJECTIVES.names()
+    with pytest.raises(SettingsError, match="training.similarity: objective smalr scores with the cosine"):
+        _run(world, tmp_path, objective="smalr", similarity="order")
+
+
+def _count_smalr_updates(monkeypatch, *, fail_at=None):
+    calls = {"n": 0}
+    real = smalr_objective.smalr_update
+
+    def wrapper(trainer):
+        calls["n"] += 1
+        if fail_at is not None and calls["n"] == fail_at:
+            raise _Killed("simulated kill")
+        return real(trainer)
+
+    monkeypatch.setattr(smalr_objective, "smalr_update", wrapper)
+    return calls
+
+
+def test_a_smalr_run_learns_logs_its_task_and_resumes_to_the_same_weights(world, tmp_path, monkeypatch):
+    summary = _run(world, tmp_path / "a", objective="smalr", max_updates=40)
+    log = pd.read_csv(tmp_path / "a" / "train_log.csv")
+    assert set(log["task"]) == {"smalr"} and set(log["dataset"]) == {"m30k.en+m30k.de"}
+    assert np.isfinite(log["loss"]).all() and (log["loss"] > 0).all()
+    assert log["loss"].iloc[-10:].mean() < log["loss"].iloc[:10].mean()
+    assert summary["best_score"] > 0
+    _count_smalr_updates(monkeypatch, fail_at=25)
+    with pytest.raises(_Killed):
+        _run(world, tmp_path / "resumed", objective="smalr", max_updates=40)
+    calls = _count_smalr_updates(monkeypatch)
+    _run(world, tmp_path / "resumed", objective="smalr", max_updates=40)
+    assert calls["n"] == 20                   # updates 21..40: heads, Adam, masks restored
+    assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "resumed"))
+    assert ((tmp_path / "a" / "train_log.csv").read_text()
+            == (tmp_path / "resumed" / "train_log.csv").read_text())
+
+
+def test_smalr_with_the_hem_text_encoder_trains(tmp_path):
+    """002's SMALR: the hybrid embedding under the smalr objective."""
+    from pseudopairs.model import training
+    spec, vocab, weight = _hem_world(tmp_path)
+    a = training.train(spec=spec, settings={**SETTINGS, "text_encoder": "hem", "objective": "smalr",
+                                            "max_updates": 20}, out_dir=tmp_path / "a", seed=1)
+    b = training.train(spec=spec, settings={**SETTINGS, "text_encoder": "hem", "objective": "smalr",
+                                            "max_updates": 20}, out_dir=tmp_path / "b", seed=1)
+    assert a["best_score"] == b["best_score"]
+    assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
