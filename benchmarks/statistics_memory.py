@@ -52,7 +52,7 @@ def _sentences(rng, n: int, words: list[str]) -> list[str]:
 
 def write_sets(folder: Path, *, sets: int, seeds: int, rows: int, database: int, images: int) -> dict:
     """The synthetic pair files and the statistics spec over them (as
-    ``experiments.pseudopair_stats_spec`` gives the step)."""
+    ``report.contract.pseudopair_stats_spec`` gives the step)."""
     import numpy as np
     import pandas as pd
 

@@ -73,7 +73,7 @@ def write_metrics(root: Path, config: dict, tables: list[str] | None = None) -> 
     """Write the metrics.json of every experiment and seed the ``tables`` (default: all) show,
     under ``root`` as the workflow lays them out; returns the paths."""
     from pseudopairs import layout
-    from pseudopairs.experiments import table_spec
+    from pseudopairs.report.contract import table_spec
 
     written = []
     for table in tables or list(config["tables"]):

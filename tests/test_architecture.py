@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import importlib
 import os
 import subprocess
 import sys
@@ -111,6 +112,63 @@ def test_no_stage_imports_a_later_stage():
     assert not backwards
 
 
+def _stage(module: str) -> str | None:
+    """The stage package of a module (``pseudopairs.model.contract`` -> ``model``), None for the
+    shared top-level modules (``pseudopairs.experiments``, ``pseudopairs.layout`` …)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (SRC / parts[-1]).is_dir() else None
+
+
+def _reached(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through other modules."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in edges[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_each_stage_owns_its_contract_and_none_imports_a_later_stage():
+    """Each stage's contract (its specs, inputs and ``check``) is one module of its package,
+    listed once in DAG order in ``pseudopairs.config.CONTRACTS``; what a contract imports, also
+    through shared modules such as ``pseudopairs.experiments``, belongs to its own or an earlier
+    stage (the evaluation contract never loads the report stage, the data contract no other
+    stage)."""
+    from pseudopairs.config import CONTRACTS
+
+    edges = import_graph()
+    on_disk = sorted(m for m in edges if m.endswith(".contract"))
+    assert sorted(CONTRACTS) == on_disk, "a stage's contract module is missing from config.CONTRACTS"
+    order = [_stage(name) for name in CONTRACTS]
+    assert len(set(order)) == len(order)
+    backwards = []
+    for i, name in enumerate(CONTRACTS):
+        assert callable(importlib.import_module(name).check), name
+        later = set(order[i + 1:])
+        backwards += [f"{name} -> {m}" for m in sorted(_reached(edges, name)) if _stage(m) in later]
+    assert not backwards
+
+
+def test_config_runs_the_contracts_and_imports_no_stage():
+    """``pseudopairs.config`` keeps layering, schema validation and the orchestration of the
+    stages' checks: it imports no stage module, at module level or inside a function (the
+    contracts are loaded by name from ``CONTRACTS``), and a stage's check runs through it."""
+    edges = import_graph()
+    assert not [m for m in edges["pseudopairs.config"] if _stage(m)], edges["pseudopairs.config"]
+    tree = ast.parse((SRC / "config.py").read_text(encoding="utf-8"))
+    in_functions = [f"{fn.name}:{node.lineno}" for fn in ast.walk(tree)
+                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert not in_functions
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+    config["evaluation"]["langs"] = ["en", "ja"]    # the evaluation contract's own check
+    with pytest.raises(ValueError, match="config key 'evaluation.langs.1': no data set of corpus 'm30k' "
+                                         "has language 'ja'"):
+        check_config(config)
+
+
 def test_only_the_command_line_imports_the_command_line():
     """The command line is one adapter that imports the stages: no other module imports
     pseudopairs.cli (module level or inside functions), except ``__main__``, its entry point for
@@ -138,7 +196,8 @@ def test_the_public_names_other_checks_call_are_importable():
 def test_a_throwaway_criterion_through_the_registry_alone(tmp_path):
     """A new criterion = one registration (here in the test): the search, its reference, the
     config checks (name and parameters), the statistics spec and the docs table all take it."""
-    from pseudopairs import experiments as ex
+    from pseudopairs.mining.contract import mining_settings
+    from pseudopairs.report.contract import pseudopair_stats_spec
     from pseudopairs.mining import criteria, nearest_neighbours, nearest_neighbours_reference
     from pseudopairs.mining.search import argmax_reference, best_per_line
 
@@ -170,8 +229,8 @@ def test_a_throwaway_criterion_through_the_registry_alone(tmp_path):
                                                       "database": "m30k.de",
                                                       "mining": {"criterion": "farthest", "weight": 3.0}}
         check_config(copy.deepcopy(config))
-        assert ex.pseudopair_stats_spec(config)["sets"]["de_coco.farthest"]["criterion"] == "farthest"
-        assert ex.mining_settings(config, "de_coco.farthest")["weight"] == 3.0
+        assert pseudopair_stats_spec(config)["sets"]["de_coco.farthest"]["criterion"] == "farthest"
+        assert mining_settings(config, "de_coco.farthest")["weight"] == 3.0
         bad = copy.deepcopy(config)
         bad["pseudopairs"]["de_coco.farthest"]["mining"]["k"] = 3
         with pytest.raises(ValueError, match="mining.k': k is only used by the criteria"):

@@ -1,4 +1,5 @@
-"""Experiments are data: their training inputs are derived from the config's declarations."""
+"""Experiments are data: each stage's contract (``pseudopairs.<stage>.contract``) derives its jobs'
+inputs from the config's declarations."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ import pytest
 from conftest import REPO
 from pseudopairs import experiments as ex
 from pseudopairs.config import check_config, load_config
+from pseudopairs.data import contract as data_contract
+from pseudopairs.evaluation import contract as evaluation_contract
+from pseudopairs.mining import contract as mining_contract
+from pseudopairs.model import contract as model_contract
+from pseudopairs.report import contract as report_contract
+from pseudopairs.translation import contract as translation_contract
 
 
 def demo() -> dict:
@@ -16,7 +23,7 @@ def demo() -> dict:
 
 
 def test_training_spec_of_aligned_c2c_experiment():
-    spec = ex.training_spec(demo(), "en_de_c2c", 2)
+    spec = model_contract.training_spec(demo(), "en_de_c2c", 2)
     assert [d["name"] for d in spec["c2i"]] == ["m30k.en", "m30k.de"]
     assert spec["c2i"][1] == {"name": "m30k.de", "lang": "de",
                               "captions": "results/captions/m30k/train.parquet",
@@ -33,7 +40,7 @@ def test_languages_come_from_dataset_declarations_not_names():
     config = demo()
     config["datasets"]["english_coco"] = {"corpus": "coco", "lang": "en"}
     config["experiments"]["x"] = {"c2i": ["english_coco"], "c2c": []}
-    spec = ex.training_spec(config, "x", 1)
+    spec = model_contract.training_spec(config, "x", 1)
     assert spec["validation"]["langs"] == ["en"]
     assert spec["c2i"][0]["features"] == "results/features/coco/train.npz"
 
@@ -41,31 +48,31 @@ def test_languages_come_from_dataset_declarations_not_names():
 def test_finetune_starts_from_the_same_seed_of_the_source():
     config = copy.deepcopy(demo())
     config["experiments"]["ft"] = {"c2i": ["m30k.de", "coco.en"], "finetune": "de_coco"}
-    spec = ex.training_spec(config, "ft", 3)
+    spec = model_contract.training_spec(config, "ft", 3)
     assert spec["init_from"] == "results/models/de_coco/seed3/checkpoint.pt"
     assert spec["vocab"] == {"path": "results/models/de_coco/seed3/vocab.json"}  # the source's
     assert {"results/models/de_coco/seed3/checkpoint.pt",
-            "results/models/de_coco/seed3/vocab.json"} <= set(ex.training_inputs(config, "ft", 3))
+            "results/models/de_coco/seed3/vocab.json"} <= set(model_contract.training_inputs(config, "ft", 3))
 
 
 def test_training_inputs_and_table_inputs():
     config = demo()
-    inputs = ex.training_inputs(config, "de_coco", 1)
+    inputs = model_contract.training_inputs(config, "de_coco", 1)
     assert inputs == sorted({"results/captions/m30k/train.parquet",
                              "results/features/m30k/train.npz", "results/captions/coco/train.parquet",
                              "results/features/coco/train.npz", "results/captions/m30k/val.parquet",
                              "results/features/m30k/val.npz"})
-    assert ex.table_inputs(config, "table3") == [
+    assert report_contract.table_inputs(config, "table3") == [
         f"results/models/{e}/seed{s}/metrics.json" for e in ("en_de_c2c", "en_de_coco_c2c") for s in (1, 2, 3)]
     # Table 7's DPCCA row has no experiment: it contributes no input.
-    assert all("DPCCA" not in p for p in ex.table_inputs(config, "table7"))
-    assert ex.corpora_with_images(config) == ["coco", "m30k"]
-    assert ex.text_corpora(config) == ["coco", "m30k", "m30k_task1"]
+    assert all("DPCCA" not in p for p in report_contract.table_inputs(config, "table7"))
+    assert data_contract.corpora_with_images(config) == ["coco", "m30k"]
+    assert data_contract.text_corpora(config) == ["coco", "m30k", "m30k_task1"]
 
 
 def test_pseudopair_data_set_of_seed_s_uses_the_pairs_mined_by_seed_s_of_its_source():
     config = demo()
-    spec = ex.training_spec(config, "en_de_coco_c2c_pseudo25_ft", 2)
+    spec = model_contract.training_spec(config, "en_de_coco_c2c_pseudo25_ft", 2)
     pseudo = spec["c2i"][3]
     assert pseudo == {"name": "coco.de-pseudo25@en_de_coco_c2c", "lang": "de",
                       "captions": "results/pseudopairs/en_de_coco_c2c/seed2/captions.p25.parquet",
@@ -73,32 +80,32 @@ def test_pseudopair_data_set_of_seed_s_uses_the_pairs_mined_by_seed_s_of_its_sou
     # c2c over COCO English <-> its pseudo-German captions (paper §5), next to the M30K c2c
     assert [c["name"] for c in spec["c2c"]] == ["m30k.en+m30k.de", "coco.en+coco.de-pseudo25@en_de_coco_c2c"]
     assert spec["init_from"] == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
-    mining = ex.mining_spec(config, "en_de_coco_c2c", 2)
+    mining = mining_contract.mining_spec(config, "en_de_coco_c2c", 2)
     assert mining["checkpoint"] == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
     assert mining["vocab"] == "results/models/en_de_coco_c2c/seed2/vocab.json"
     assert (mining["queries"]["captions"], mining["queries"]["lang"]) == ("results/captions/coco/train.parquet", "en")
     assert (mining["database"]["captions"], mining["database"]["lang"]) == ("results/captions/m30k/train.parquet", "de")
     assert mining["settings"]["criterion"] == "cosine"
-    csls = ex.mining_spec(config, "de_coco.csls", 1)["settings"]
+    csls = mining_contract.mining_spec(config, "de_coco.csls", 1)["settings"]
     assert (csls["criterion"], csls["k"], csls["device"]) == ("csls", 10, "auto")
     # a retrained pseudopair experiment builds its vocabulary from its own data, pseudopairs included
-    assert ex.training_spec(config, "de_coco_pseudo", 1)["vocab"] == {"min_count": 4}
+    assert model_contract.training_spec(config, "de_coco_pseudo", 1)["vocab"] == {"min_count": 4}
 
 
 def test_synthetic_data_sets_exist_for_training_only_and_need_a_seed():
     config = demo()
     with pytest.raises(ValueError, match="training split only"):
-        ex.dataset_files(config, "coco.de-mt", "val")
+        data_contract.dataset_files(config, "coco.de-mt", "val")
     with pytest.raises(ValueError, match="depend on the seed"):
-        ex.dataset_files(config, "coco.de-pseudo@de_coco")
-    assert ex.translation_source(config, "coco.de-mt")["captions"] == "results/captions/coco/train.parquet"
-    assert ex.dataset_files(config, "coco.de-mt")["captions"] == "results/translations/coco.de-mt/train.parquet"
-    assert ex.translation_datasets(config) == ["coco.de-mt"]
+        data_contract.dataset_files(config, "coco.de-pseudo@de_coco")
+    assert translation_contract.translation_source(config, "coco.de-mt")["captions"] == "results/captions/coco/train.parquet"
+    assert data_contract.dataset_files(config, "coco.de-mt")["captions"] == "results/translations/coco.de-mt/train.parquet"
+    assert translation_contract.translation_datasets(config) == ["coco.de-mt"]
 
 
 def test_statistics_and_figure_specs():
     config = demo()
-    stats = ex.pseudopair_stats_spec(config)
+    stats = report_contract.pseudopair_stats_spec(config)
     assert stats["top"] == 150 and stats["seeds"] == [1, 2, 3]
     assert stats["sets"]["de_coco"] == {"source": "de_coco", "criterion": "cosine",
                                         "queries": "coco.en", "database": "m30k.de",
@@ -109,10 +116,10 @@ def test_statistics_and_figure_specs():
     assert stats["sets"]["de_coco.reverse"]["queries"] == "m30k.de"
     assert stats["sets"]["de_coco.round2"]["source"] == "de_coco_round1"
     # 14 sets (2 sources x 7 criteria) + the reverse set + 2 chains x 3 rounds; x seeds x (pairs, stats)
-    assert len(ex.pseudopair_stats_inputs(config)) == (14 + 1 + 6) * 3 * 2
+    assert len(report_contract.pseudopair_stats_inputs(config)) == (14 + 1 + 6) * 3 * 2
     assert stats["files"]["de_coco"]["2"] == {"pairs": "results/pseudopairs/de_coco/seed2/pairs.parquet",
                                               "stats": "results/pseudopairs/de_coco/seed2/stats.json"}
-    figure = ex.pseudopair_figure_spec(config)
+    figure = report_contract.pseudopair_figure_spec(config)
     assert figure["pairs"] == {"de_coco": "results/pseudopairs/de_coco/seed1/pairs.parquet",
                                "en_de_coco_c2c": "results/pseudopairs/en_de_coco_c2c/seed1/pairs.parquet"}
     assert figure["images"] == "results/images/coco/train.parquet"
@@ -121,11 +128,11 @@ def test_statistics_and_figure_specs():
 def test_an_experiments_own_training_settings_override_the_config():
     config = copy.deepcopy(demo())
     config["experiments"]["de_coco"]["training"] = {"learning_rate": 1e-3, "patience": 7}
-    settings = ex.training_settings(config, "de_coco")
+    settings = model_contract.training_settings(config, "de_coco")
     assert (settings["learning_rate"], settings["patience"]) == (1e-3, 7)
     assert settings["batch_size"] == config["training"]["batch_size"]
     assert settings["joint_dim"] == config["model"]["joint_dim"]          # model settings included
-    assert ex.training_settings(config, "en")["learning_rate"] == config["training"]["learning_rate"]
+    assert model_contract.training_settings(config, "en")["learning_rate"] == config["training"]["learning_rate"]
 
 
 def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion():
@@ -134,40 +141,40 @@ def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion
     translation-portion table is also tested there in that table's languages. Every other model's
     specs (job parameters) stay as they were, so nothing already trained reruns."""
     config = demo()
-    spec = ex.training_spec(config, "t_multi", 1)
+    spec = model_contract.training_spec(config, "t_multi", 1)
     assert spec["validation"] == {"captions": "results/captions/m30k/val.parquet",
                                   "features": "results/features/m30k/val.npz",
                                   "langs": ["en", "de", "fr", "cs"],
                                   "lang_captions": {"fr": "results/captions/m30k_task1/val.parquet",
                                                     "cs": "results/captions/m30k_task1/val.parquet"}}
     assert [d["features"] for d in spec["c2i"]] == ["results/features/m30k/train.npz"] * 4
-    assert "results/captions/m30k_task1/val.parquet" in ex.training_inputs(config, "t_multi", 1)
-    assert "lang_captions" not in ex.training_spec(config, "t_en", 1)["validation"]
-    evaluation = ex.evaluation_spec(config, "t_fr")
+    assert "results/captions/m30k_task1/val.parquet" in model_contract.training_inputs(config, "t_multi", 1)
+    assert "lang_captions" not in model_contract.training_spec(config, "t_en", 1)["validation"]
+    evaluation = evaluation_contract.evaluation_spec(config, "t_fr")
     assert evaluation["portion_langs"] == ["en", "de", "fr", "cs"]     # Tables 6 and 7
     assert evaluation["portion_captions"] == "results/captions/m30k_task1/test.parquet"
-    assert ex.evaluation_spec(config, "t_multi_comp")["portion_langs"] == ["fr", "cs"]   # Table 7 only
+    assert evaluation_contract.evaluation_spec(config, "t_multi_comp")["portion_langs"] == ["fr", "cs"]   # Table 7 only
     for name in ("en", "c1_en_de_c2c", "t_en_de"):       # tested on the comparable test only
-        assert ex.evaluation_spec(config, name) == ex.evaluation_spec(config) and \
-            "portion_langs" not in ex.evaluation_spec(config, name)
+        assert evaluation_contract.evaluation_spec(config, name) == evaluation_contract.evaluation_spec(config) and \
+            "portion_langs" not in evaluation_contract.evaluation_spec(config, name)
     config["evaluation"]["portion_langs"] = ["cs"]       # every model, then the tables' languages
-    assert ex.evaluation_spec(config, "en")["portion_langs"] == ["cs"]
-    assert ex.evaluation_spec(config, "t_multi")["portion_langs"] == ["cs", "en", "de", "fr"]
+    assert evaluation_contract.evaluation_spec(config, "en")["portion_langs"] == ["cs"]
+    assert evaluation_contract.evaluation_spec(config, "t_multi")["portion_langs"] == ["cs", "en", "de", "fr"]
 
 
 def test_tables_average_over_their_own_seeds():
     """The demo's 004 tables use two seeds; a model both papers show is trained for the union."""
     config = demo()
     assert ex.table_seeds(config, "table1") == [1, 2, 3] and ex.table_seeds(config, "table_lessons2") == [1, 2]
-    spec = ex.table_spec(config, "table_lessons4")
+    spec = report_contract.table_spec(config, "table_lessons4")
     assert spec["metrics"]["t_de"] == {"1": "results/models/t_de/seed1/metrics.json",
                                        "2": "results/models/t_de/seed2/metrics.json"}
     assert "retrieval_key" not in spec                                      # the comparable test
-    assert ex.table_spec(config, "table_lessons6")["retrieval_key"] == "portion_retrieval"
+    assert report_contract.table_spec(config, "table_lessons6")["retrieval_key"] == "portion_retrieval"
     assert ex.table_experiments(config, "table_lessons4") == ["t_en", "t_de", "t_en_de", "t_en_de_c2c",
                                                               "c1_en_de", "c1_en_de_c2c"]
     models = ex.shown_models(config)
     assert models["en"] == [1, 2, 3] and models["t_fr"] == [1, 2] and models["c1_en"] == [1, 2]
-    logs = ex.training_curves_spec(config)["logs"]
+    logs = report_contract.training_curves_spec(config)["logs"]
     assert set(logs["t_fr"]) == {"1", "2"} and set(logs["en"]) == {"1", "2", "3"}
-    assert set(ex.method_check_spec(config)["runs"]["t_cs"]) == {"1", "2"}
+    assert set(report_contract.method_check_spec(config)["runs"]["t_cs"]) == {"1", "2"}

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from pseudopairs import experiments as ex
 from pseudopairs.config import check_config, load_config
+from pseudopairs.report.contract import method_check_inputs, method_check_spec
 from pseudopairs.report.method_check import (markdown_method_check, markdown_training_runs, method_check,
                                              training_runs, welch_t)
 
@@ -65,7 +65,7 @@ def test_effects_use_the_papers_delta_and_welch_t(tmp_path):
 
 def test_the_shipped_method_check_names_the_papers_14_effects_and_the_pseudopair_rows():
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml"))
-    spec = ex.method_check_spec(config)
+    spec = method_check_spec(config)
     assert len(spec["effects"]) == 14
     from pseudopairs.report.method_check import paper_value
 
@@ -115,13 +115,13 @@ def test_each_comparison_averages_over_the_seeds_of_its_table(tmp_path):
 def test_the_spec_reads_each_effect_at_the_seeds_of_its_table():
     config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
     config["tables"]["table3"]["seeds"] = [1, 2, 3, 4, 5, 6]
-    spec = ex.method_check_spec(check_config(config))
+    spec = method_check_spec(check_config(config))
     assert spec["tables"]["table3"]["seeds"] == [1, 2, 3, 4, 5, 6]
     assert spec["tables"]["table1"]["seeds"] == [1, 2, 3]
     # en_de_c2c is compared in Table 3 (six seeds) and Tables 1, 2, 7 (three): its six runs are inputs
     assert list(spec["metrics"]["en_de_c2c"]) == ["1", "2", "3", "4", "5", "6"]
     assert list(spec["metrics"]["en"]) == ["1", "2", "3"]
-    assert "results/models/en_de_coco_c2c/seed6/metrics.json" in ex.method_check_inputs(check_config(config))
+    assert "results/models/en_de_coco_c2c/seed6/metrics.json" in method_check_inputs(check_config(config))
 
 
 def test_an_effect_naming_a_row_the_table_lacks_fails_the_config_check():

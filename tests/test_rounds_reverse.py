@@ -15,8 +15,11 @@ import torch
 
 import pseudopairs.model.training as training
 from conftest import REPO, run_snakemake
-from pseudopairs import experiments as ex
 from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.data.contract import dataset_files
+from pseudopairs.experiments import uses_pseudopairs
+from pseudopairs.mining import contract as mining_contract
+from pseudopairs.model.contract import training_langs
 from pseudopairs.data.vocab import Vocabulary
 from pseudopairs.io import read_pairs
 from pseudopairs.mining.statistics import pseudopair_statistics
@@ -135,15 +138,15 @@ def test_statistics_and_plot_panels_of_a_reverse_set():
 def test_the_config_checks_the_reverse_direction_by_role_not_by_corpus():
     config = check_config(demo())
     assert config["datasets"]["m30k.en-pseudo@de_coco.reverse"]["corpus"] == "m30k"
-    files = ex.dataset_files(config, "m30k.en-pseudo@de_coco.reverse", seed=2)
+    files = dataset_files(config, "m30k.en-pseudo@de_coco.reverse", seed=2)
     assert files == {"name": "m30k.en-pseudo@de_coco.reverse", "lang": "en",
                      "captions": "results/pseudopairs/de_coco.reverse/seed2/captions.p0.parquet",
                      "features": "results/features/m30k/train.npz"}
-    mining = ex.mining_spec(config, "de_coco.reverse", 1)
+    mining = mining_contract.mining_spec(config, "de_coco.reverse", 1)
     assert (mining["queries"]["lang"], mining["database"]["lang"]) == ("de", "en")
     assert mining["queries"]["captions"] == "results/captions/m30k/train.parquet"
     assert mining["database"]["captions"] == "results/captions/coco/train.parquet"
-    assert ex.training_langs(config, "de_coco_rev_c2c_ft") == ["de", "en"]   # validated like De+COCO
+    assert training_langs(config, "de_coco_rev_c2c_ft") == ["de", "en"]   # validated like De+COCO
 
     wrong = demo()   # pseudo-English of the COCO images: the reverse pairs annotate M30K images
     wrong["datasets"]["m30k.en-pseudo@de_coco.reverse"]["corpus"] = "coco"
@@ -191,4 +194,4 @@ def test_table4_shows_the_reverse_rows_beyond_the_paper():
     rows = {row["experiment"]: row for row in config["tables"]["table4"]["rows"] if "experiment" in row}
     for name in ("de_coco_rev_ft", "de_coco_rev_c2c_ft", "de_coco_both_c2c_ft"):
         assert rows[name]["beyond_paper"] is True and "paper" not in rows[name]
-        assert ex.uses_pseudopairs(config, name)     # the method check compares it with its source
+        assert uses_pseudopairs(config, name)     # the method check compares it with its source

@@ -162,7 +162,7 @@ def test_each_caption_table_is_read_once_per_parse_and_again_when_it_changes(tmp
     """Checking config/paper.yaml looks up the caption count of every pseudopair set's queries
     and database (dozens of lookups, 566K-row tables at the paper's size); each table is read
     once, and again only when it changes."""
-    from pseudopairs import experiments as ex
+    from pseudopairs.data import contract as data
     from pseudopairs.config import check_config, load_config
 
     monkeypatch.chdir(tmp_path)
@@ -182,14 +182,14 @@ def test_each_caption_table_is_read_once_per_parse_and_again_when_it_changes(tmp
         return real(source, *args, **kwargs)
 
     monkeypatch.setattr(pq, "read_table", counting)
-    monkeypatch.setattr(ex, "_LANG_COUNTS", {})
+    monkeypatch.setattr(data, "_LANG_COUNTS", {})
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER))
     lookups = 2 * len(config["pseudopairs"])
     assert lookups >= 42 and sorted(reads) == sorted(str(p) for p in tables.values())
-    assert ex.known_caption_count(config, "m30k.de") == 30 and ex.known_caption_count(config, "coco.en") == 50
+    assert data.known_caption_count(config, "m30k.de") == 30 and data.known_caption_count(config, "coco.en") == 50
     assert len(reads) == 2
     pd.DataFrame({"image_id": ["0"] * 7, "lang": ["de"] * 7}).to_parquet(tables["m30k"])   # a new version
-    assert ex.known_caption_count(config, "m30k.de") == 7 and len(reads) == 3
+    assert data.known_caption_count(config, "m30k.de") == 7 and len(reads) == 3
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from pseudopairs.config import check_config, load_config
-from pseudopairs import experiments as ex
+from pseudopairs.data.contract import dataset_files
 from pseudopairs.data.select import check_select, image_subset, sample_captions, select_captions
 from pseudopairs.io import CAPTION_COLUMNS
 
@@ -85,11 +85,11 @@ def test_selection_data_sets_resolve_to_their_files_and_jobs(tmp_path):
     for key, value in overlay().items():
         config[key].update(value)
     check_config(config)
-    files = ex.dataset_files(config, "m30k.en.half")
+    files = dataset_files(config, "m30k.en.half")
     assert files == {"name": "m30k.en.half", "lang": "en",
                      "captions": "results/captions/selected/m30k.en.half/train.parquet",
                      "features": "results/features/m30k/train.npz"}
-    assert ex.dataset_files(config, "m30k_task1.en")["features"] == "results/features/m30k/train.npz"
+    assert dataset_files(config, "m30k_task1.en")["features"] == "results/features/m30k/train.npz"
     bad = yaml.safe_load(yaml.safe_dump(config))
     bad["datasets"]["m30k.en.half"]["select"]["images"]["fraction"] = 0
     with pytest.raises(ValueError, match="'datasets.m30k.en.half.select.images.fraction': must be in"):

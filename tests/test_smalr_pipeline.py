@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import REPO, run_snakemake
-from pseudopairs import experiments as ex
+from pseudopairs.model import contract as ex
 from pseudopairs.io import read_captions
 from pseudopairs.model import training
 from pseudopairs.model.text_encoders import load_vocabulary

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pseudopairs.model.training as training
-from pseudopairs import experiments as ex
+from pseudopairs.model import contract as ex
 from pseudopairs.config import check_config
 from pseudopairs.data.vocab import build_vocabulary
 from pseudopairs.io import read_captions, write_json_atomic

@@ -211,7 +211,7 @@ def test_the_rows_of_papers_003_and_004_train_as_their_systems_did(configfile):
     from pathlib import Path
 
     from pseudopairs.config import check_config, load_config
-    from pseudopairs.experiments import training_settings
+    from pseudopairs.model.contract import training_settings
     from pseudopairs.model.settings import check_settings
 
     repo = Path(__file__).resolve().parents[1]

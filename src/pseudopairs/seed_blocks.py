@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs import experiments as ex
 from pseudopairs import layout
+from pseudopairs.data.contract import dataset, dataset_kind
+from pseudopairs.evaluation.contract import evaluation_inputs
+from pseudopairs.experiments import experiment, shown_models
+from pseudopairs.mining.contract import pseudopair_set, pseudopair_sets
+from pseudopairs.model.contract import training_inputs, training_settings, training_spec
 
 
 def model_seeds(config: dict) -> dict[str, list[int]]:
@@ -21,19 +25,19 @@ def model_seeds(config: dict) -> dict[str, list[int]]:
     at their tables' seeds (:func:`shown_models`), the sources of the pseudopair sets at the
     config's seeds (the §7.2 statistics), and, closed under what training reads, every
     fine-tuning source and pseudopair source at the seed of the model that reads it."""
-    needed: dict[str, set[int]] = {name: set(seeds) for name, seeds in ex.shown_models(config).items()}
-    for name in ex.pseudopair_sets(config):
-        needed.setdefault(ex.pseudopair_set(config, name)["source"], set()).update(config["seeds"])
+    needed: dict[str, set[int]] = {name: set(seeds) for name, seeds in shown_models(config).items()}
+    for name in pseudopair_sets(config):
+        needed.setdefault(pseudopair_set(config, name)["source"], set()).update(config["seeds"])
     work = [(name, seed) for name, seeds in needed.items() for seed in seeds]
     while work:
         name, seed = work.pop()
         if name not in config["experiments"]:
             continue
-        exp = ex.experiment(config, name)
+        exp = experiment(config, name)
         sources = [exp["finetune"]] if exp.get("finetune") else []
         for ds in exp["c2i"] + [d for pair in exp.get("c2c", []) for d in pair]:
-            if ex.dataset_kind(config, ds) == "pseudopairs":
-                sources.append(ex.pseudopair_set(config, ex.dataset(config, ds)["pseudopairs"])["source"])
+            if dataset_kind(config, ds) == "pseudopairs":
+                sources.append(pseudopair_set(config, dataset(config, ds)["pseudopairs"])["source"])
         for source in sources:
             if seed not in needed.setdefault(source, set()):
                 needed[source].add(seed)
@@ -59,7 +63,7 @@ def seed_blocks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
     the blocks its models are trained in, one job each, by ``training.stack`` (the experiment's
     own, else the config's). Block boundaries are fixed by seed numbers, so a seed added in a new
     block changes no other block's job."""
-    sizes = list(ex.training_settings(config, name).get("stack") or [1])
+    sizes = list(training_settings(config, name).get("stack") or [1])
     blocks: dict[int, list[int]] = {}
     for seed in sorted(seeds):
         blocks.setdefault(seed_block(seed, sizes), []).append(seed)
@@ -75,12 +79,12 @@ def stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[i
 
 def stack_spec(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, Any]]:
     """The ``train-stack`` step's models, by seed: each seed's training spec and model directory."""
-    return {str(seed): {"spec": ex.training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
+    return {str(seed): {"spec": training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
             for seed in seeds}
 
 
 def stack_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
-    return sorted({path for seed in seeds for path in ex.training_inputs(config, name, seed)})
+    return sorted({path for seed in seeds for path in training_inputs(config, name, seed)})
 
 
 def stack_evaluation(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, str]]:
@@ -91,4 +95,4 @@ def stack_evaluation(config: dict, name: str, seeds: list[int]) -> dict[str, dic
 
 
 def stack_evaluation_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
-    return sorted({path for seed in seeds for path in ex.evaluation_inputs(config, name, seed)})
+    return sorted({path for seed in seeds for path in evaluation_inputs(config, name, seed)})

@@ -131,6 +131,19 @@ class Settings:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def config_errors(cls, values: dict | None, context: str = "") -> list[str]:
+        """A config check of the section ``values`` (None: absent, nothing to check): no message,
+        or the one :meth:`from_dict` raises, as ``config key 'KEY': why`` plus ``context``."""
+        if values is None:
+            return []
+        try:
+            cls.from_dict(values)
+        except SettingsError as err:
+            key, _, why = str(err).partition(": ")
+            return [f"config key '{key}': {why}{context}"]
+        return []
+
     def bad(self, key: str, why: str) -> SettingsError:
         """For :meth:`check`: an error naming ``SECTION.key``, what is wrong and the value."""
         return SettingsError(f"{self.SECTION}.{key}: {why} (got {getattr(self, key)!r})")

@@ -1,4 +1,7 @@
-# Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call.
+# Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call; a
+# rule's inputs and spec come from its stage's contract (pseudopairs.<stage>.contract), bridged
+# from the job's wildcards by from_wildcards.
+import inspect
 import json
 import os
 import re
@@ -6,16 +9,25 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pseudopairs import experiments as ex
 from pseudopairs import layout
+from pseudopairs import rounds as chains_of_rounds
 from pseudopairs import seed_blocks as blocks
+from pseudopairs.data import contract as data_contract
+from pseudopairs.evaluation import contract as evaluation_contract
+from pseudopairs.features import contract as features_contract
+from pseudopairs.mining import contract as mining_contract
+from pseudopairs.model import contract as model_contract
+from pseudopairs.report import contract as report_contract
+from pseudopairs.report import effects as report_effects
+from pseudopairs.report import pages
 from pseudopairs.smalr import specs as smalr_specs
+from pseudopairs.translation import contract as translation_contract
 
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]
 RESOURCES = config["resources"]
 GPU = RESOURCES["gpu"]
-SPLITS = list(ex.SPLITS)
+SPLITS = list(data_contract.SPLITS)
 MODELS = blocks.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
 
 
@@ -43,8 +55,8 @@ def as_json(value, *, sort_keys=True):
 def from_wildcards(function, *names, key=None, to_json=False, sort_keys=True):
     """A rule's input function or param: ``function(config, *values)`` of the job's wildcards
     ``names`` (``seed`` as an int), its ``key`` if given, as a JSON string with ``to_json`` -- the
-    one bridge from a job's wildcards to the stages' functions (pseudopairs.experiments,
-    pseudopairs.rounds, pseudopairs.seed_blocks), so no function here only forwards to them."""
+    one bridge from a job's wildcards to the stages' contracts (pseudopairs.<stage>.contract),
+    pseudopairs.rounds and pseudopairs.seed_blocks, so no function here only forwards to them."""
 
     def call(wildcards):
         values = [int(wildcards[n]) if n == "seed" else wildcards[n] for n in names]
@@ -150,7 +162,7 @@ def table_figures():
 def pseudopair_outputs():
     """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
     outputs = []
-    if ex.pseudopair_sets(config):
+    if mining_contract.pseudopair_sets(config):
         outputs += [
             layout.pseudopair_stats(),
             layout.caption_use_plot(),
@@ -214,15 +226,10 @@ def stack_resources(step, n_models):
 
 def pseudopair_stats_outputs():
     """The §7.2 statistics table, when the config declares pseudopair sets (for tables.md)."""
-    return [layout.pseudopair_stats()] if ex.pseudopair_sets(config) else []
-
-
-def pseudopair_figure_spec():
-    return as_json(ex.pseudopair_figure_spec(config), sort_keys=False)
+    return [layout.pseudopair_stats()] if mining_contract.pseudopair_sets(config) else []
 
 
 # Iterated bootstrapping (config `rounds:`, pseudopairs.rounds; rule rounds_summary in rounds.smk)
-from pseudopairs import rounds as chains_of_rounds
 
 
 def rounds_outputs():
@@ -250,11 +257,11 @@ def method_check_outputs():
 
 
 def truecaser_inputs():
-    return [layout.raw_captions(corpus, "train") for corpus in ex.text_corpora(config)]
+    return [layout.raw_captions(corpus, "train") for corpus in data_contract.text_corpora(config)]
 
 
 def selection_dataset_pattern():
-    names = ex.selection_datasets(config)
+    names = data_contract.selection_datasets(config)
     return "|".join(re.escape(name) for name in names) if names else "$^"
 
 
@@ -327,29 +334,21 @@ def translation_fetch_inputs():
     return [translation_checkpoint_dir()] if TRANSLATION_DOWNLOADED else []
 
 
-def translate_settings():
-    """translation.translate without the job keys (its CPU threads are the rule's threads)."""
-    from pseudopairs.config import TRANSLATE_JOB_KEYS
-
-    settings = config["translation"]["translate"]
-    return {k: v for k, v in settings.items() if k not in TRANSLATE_JOB_KEYS}
-
-
 def translated_dataset_pattern():
-    names = ex.translation_datasets(config)
+    names = translation_contract.translation_datasets(config)
     return "|".join(re.escape(name) for name in names) if names else "$^"
 
 
 def translation_truecase_inputs(wildcards):
     if config["text"]["case"] != "truecase":
         return []
-    return [layout.truecase_model(ex.dataset(config, wildcards.dataset)["lang"])]
+    return [layout.truecase_model(data_contract.dataset(config, wildcards.dataset)["lang"])]
 
 
 def translation_truecase_args(wildcards, input):
     if config["text"]["case"] != "truecase":
         return []
-    lang = ex.dataset(config, wildcards.dataset)["lang"]
+    lang = data_contract.dataset(config, wildcards.dataset)["lang"]
     return ["--truecase-model", f"{lang}={layout.truecase_model(lang)}"]
 
 
@@ -420,23 +419,6 @@ def feature_weights_input(wildcards):
     new features); the demo's pretrained extractor is built by rule pretrain_features."""
     weights = config["features"]["weights"]
     return [] if weights in ("none", "imagenet") else [weights]
-
-
-def pretraining_settings():
-    """The feature_pretraining section with the step's defaults filled in."""
-    from dataclasses import asdict
-
-    from pseudopairs.features.pretraining import PretrainSettings
-
-    return asdict(PretrainSettings.from_dict(config.get("feature_pretraining", {})))
-
-
-def world_scene_settings():
-    """The world keys that scenes depend on (not the corpora's sizes): pretraining reruns only
-    when they change."""
-    from pseudopairs.world.settings import SceneSettings
-
-    return SceneSettings.of_world(config["world"])
 
 
 # Corpora whose images live in a folder the user keeps outside the workflow (real data): their
@@ -556,11 +538,6 @@ def check_job_environment():
 # source row, ours beside the paper's; pseudopairs.report.effects) and its numbers; the method
 # check and the §7.2 statistics when the config declares them; all of it on one page.
 # A further CSV with paper_* columns is one more `--csv TITLE PATH` of report_results_args.
-
-import inspect
-
-from pseudopairs.report import effects as report_effects
-from pseudopairs.report import pages
 
 
 def building_report():

@@ -10,7 +10,7 @@ localrules:
 
 rule select_captions:
     input:
-        from_wildcards(ex.selection_spec, "dataset", key="captions"),
+        from_wildcards(data_contract.selection_spec, "dataset", key="captions"),
     output:
         layout.selected_captions("{dataset}"),
     log:
@@ -24,8 +24,8 @@ rule select_captions:
     resources:
         **job_resources("select_captions"),
     params:
-        lang=from_wildcards(ex.selection_spec, "dataset", key="lang"),
-        select=from_wildcards(ex.selection_spec, "dataset", key="select", to_json=True),
+        lang=from_wildcards(data_contract.selection_spec, "dataset", key="lang"),
+        select=from_wildcards(data_contract.selection_spec, "dataset", key="select", to_json=True),
     shell:
         "python -m pseudopairs select-captions --captions {input:q} --lang {params.lang:q} "
         "--select {params.select:q} --dataset {wildcards.dataset:q} --output {output:q} > {log:q} 2>&1"

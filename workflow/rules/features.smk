@@ -40,12 +40,12 @@ if WORLD:
             layout.benchmark("pretrain_features", "{arch}")
         conda:
             "../../envs/steps.yaml"
-        threads: pretraining_settings()["threads"]
+        threads: features_contract.pretraining_settings(config)["threads"]
         resources:
             **job_resources("pretrain_features"),
         params:
-            world=as_json(world_scene_settings()),
-            settings=as_json(pretraining_settings()),
+            world=as_json(features_contract.world_scene_settings(config)),
+            settings=as_json(features_contract.pretraining_settings(config)),
             features=lambda wildcards: as_json({**config["features"], "arch": wildcards.arch}),
         shell:
             "python -m pseudopairs pretrain-features --world {params.world:q} "

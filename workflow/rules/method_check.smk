@@ -9,7 +9,7 @@ localrules:
 
 rule method_check:
     input:
-        ex.method_check_inputs(config),
+        report_contract.method_check_inputs(config),
     output:
         check=report(
             layout.method_check(),
@@ -28,7 +28,7 @@ rule method_check:
     resources:
         **job_resources("method_check"),
     params:
-        spec=as_json(ex.method_check_spec(config), sort_keys=False),
+        spec=as_json(report_contract.method_check_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs method-check --spec {params.spec:q} --output {output.check:q} "
         "--runs {output.runs:q} > {log:q} 2>&1"

@@ -12,7 +12,7 @@ localrules:
 
 rule mine:
     input:
-        from_wildcards(ex.mining_inputs, "pseudopairs", "seed"),
+        from_wildcards(mining_contract.mining_inputs, "pseudopairs", "seed"),
     output:
         pairs=layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
         stats=layout.pseudopair_mining_stats("{pseudopairs}", "{seed}"),
@@ -26,7 +26,7 @@ rule mine:
     resources:
         **job_resources("mine", gpu=True),
     params:
-        spec=from_wildcards(ex.mining_spec, "pseudopairs", "seed", to_json=True),
+        spec=from_wildcards(mining_contract.mining_spec, "pseudopairs", "seed", to_json=True),
     shell:
         "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs:q} "
         "--stats {output.stats:q} > {log:q} 2>&1"
@@ -52,7 +52,7 @@ rule pseudopair_captions:
 
 rule pseudopair_stats:
     input:
-        ex.pseudopair_stats_inputs(config),
+        report_contract.pseudopair_stats_inputs(config),
     output:
         stats=report(
             layout.pseudopair_stats(),
@@ -81,7 +81,7 @@ rule pseudopair_stats:
     resources:
         **job_resources("pseudopair_stats"),
     params:
-        spec=as_json(ex.pseudopair_stats_spec(config), sort_keys=False),
+        spec=as_json(report_contract.pseudopair_stats_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs pseudopair-stats --spec {params.spec:q} --output {output.stats:q} "
         "--plot {output.plot:q} --histogram {output.histogram:q} > {log:q} 2>&1"
@@ -89,7 +89,7 @@ rule pseudopair_stats:
 
 rule pseudopair_figure:
     input:
-        ex.pseudopair_figure_inputs(config),
+        report_contract.pseudopair_figure_inputs(config),
     output:
         png=report(
             layout.pseudopair_figure("png"),
@@ -112,7 +112,7 @@ rule pseudopair_figure:
     resources:
         **job_resources("pseudopair_figure"),
     params:
-        spec=pseudopair_figure_spec(),
+        spec=as_json(report_contract.pseudopair_figure_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png:q} "
         "--html {output.html:q} > {log:q} 2>&1"

@@ -11,7 +11,7 @@ localrules:
 
 rule table:
     input:
-        from_wildcards(ex.table_inputs, "table"),
+        from_wildcards(report_contract.table_inputs, "table"),
     output:
         report(
             layout.table("{table}"),
@@ -31,7 +31,7 @@ rule table:
     params:
         # the table's config entry (YAML order kept: it orders Table 7's direction columns) and
         # its metrics files
-        spec=from_wildcards(ex.table_spec, "table", to_json=True, sort_keys=False),
+        spec=from_wildcards(report_contract.table_spec, "table", to_json=True, sort_keys=False),
     shell:
         "python -m pseudopairs table --name {wildcards.table:q} --spec {params.spec:q} "
         "--output {output:q} > {log:q} 2>&1"
@@ -102,7 +102,7 @@ rule tables_markdown:
 
 rule training_curves:
     input:
-        ex.training_logs(config),
+        report_contract.training_logs(config),
     output:
         report(
             layout.training_curves(),
@@ -119,7 +119,7 @@ rule training_curves:
     resources:
         **job_resources("training_curves"),
     params:
-        spec=as_json(ex.training_curves_spec(config), sort_keys=False),
+        spec=as_json(report_contract.training_curves_spec(config), sort_keys=False),
     shell:
         "python -m pseudopairs training-curves --spec {params.spec:q} "
         "--output {output:q} > {log:q} 2>&1"

@@ -28,7 +28,7 @@ for _rule, _name, _seeds in stack_rules():
             models=lambda w, name=_name, seeds=_seeds: as_json(
                 blocks.stack_spec(config, name, seeds)
             ),
-            settings=lambda w, name=_name: as_json(ex.job_settings(config, name)),
+            settings=lambda w, name=_name: as_json(model_contract.job_settings(config, name)),
         shell:
             "python -m pseudopairs train-stack --models {params.models:q} "
             "--settings {params.settings:q} --threads {threads} > {log:q} 2>&1"
@@ -57,7 +57,7 @@ for _rule, _name, _seeds in stack_rules():
             models=lambda w, name=_name, seeds=_seeds: as_json(
                 blocks.stack_evaluation(config, name, seeds)
             ),
-            spec=lambda w, name=_name: as_json(ex.evaluation_spec(config, name)),
+            spec=lambda w, name=_name: as_json(evaluation_contract.evaluation_spec(config, name)),
             experiment=_name,
             device=config["training"]["device"],
         shell:
@@ -68,7 +68,7 @@ for _rule, _name, _seeds in stack_rules():
 
 rule train:
     input:
-        from_wildcards(ex.training_inputs, "experiment", "seed"),
+        from_wildcards(model_contract.training_inputs, "experiment", "seed"),
     output:
         checkpoint=layout.checkpoint("{experiment}", "{seed}"),
         vocab=layout.model_vocabulary("{experiment}", "{seed}"),
@@ -87,8 +87,8 @@ rule train:
     resources:
         **job_resources("train", gpu=True, grouped_with=["evaluate"]),
     params:
-        spec=from_wildcards(ex.training_spec, "experiment", "seed", to_json=True),
-        settings=from_wildcards(ex.job_settings, "experiment", to_json=True),
+        spec=from_wildcards(model_contract.training_spec, "experiment", "seed", to_json=True),
+        settings=from_wildcards(model_contract.job_settings, "experiment", to_json=True),
         out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
     shell:
         "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
@@ -97,7 +97,7 @@ rule train:
 
 rule evaluate:
     input:
-        from_wildcards(ex.evaluation_inputs, "experiment", "seed"),
+        from_wildcards(evaluation_contract.evaluation_inputs, "experiment", "seed"),
     output:
         layout.metrics("{experiment}", "{seed}"),
     log:
@@ -112,7 +112,7 @@ rule evaluate:
     resources:
         **job_resources("evaluate", gpu=True, placed_with="train", grouped_with=["train"]),
     params:
-        spec=from_wildcards(ex.evaluation_spec, "experiment", to_json=True),
+        spec=from_wildcards(evaluation_contract.evaluation_spec, "experiment", to_json=True),
         checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
         vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
         device=config["training"]["device"],

@@ -96,7 +96,7 @@ rule convert_mt:
 rule translate:
     input:
         model=layout.translation_model(),
-        captions=from_wildcards(ex.translation_source, "dataset", key="captions"),
+        captions=from_wildcards(translation_contract.translation_source, "dataset", key="captions"),
         truecase=translation_truecase_inputs,
     output:
         captions=layout.translated_captions("{dataset}"),
@@ -114,9 +114,9 @@ rule translate:
     resources:
         **job_resources("translate", gpu=config["translation"]["translate"].get("device") != "cpu"),
     params:
-        settings=as_json(translate_settings()),
-        source_lang=from_wildcards(ex.translation_source, "dataset", key="lang"),
-        target_lang=from_wildcards(ex.dataset, "dataset", key="lang"),
+        settings=as_json(translation_contract.translate_settings(config)),
+        source_lang=from_wildcards(translation_contract.translation_source, "dataset", key="lang"),
+        target_lang=from_wildcards(data_contract.dataset, "dataset", key="lang"),
         case=config["text"]["case"],
         truecase=translation_truecase_args,
     shell:

@@ -188,7 +188,7 @@ def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "evaluate", _cli_evaluate)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--vocab", required=True)
-    commands.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
+    commands.add_json(p, "--spec", "evaluation inputs (evaluation.contract.evaluation_spec)")
     p.add_argument("--experiment", required=True)
     p.add_argument("--seed", type=int, required=True)
     commands.add_device(p)
@@ -197,7 +197,7 @@ def register_cli(subparsers) -> None:
 
     p = commands.add_command(subparsers, "evaluate-stack", _cli_evaluate_stack)
     commands.add_json(p, "--models", "the stack's models by seed: {seed: {checkpoint, vocab, output}}")
-    commands.add_json(p, "--spec", "evaluation inputs (experiments.evaluation_spec)")
+    commands.add_json(p, "--spec", "evaluation inputs (evaluation.contract.evaluation_spec)")
     p.add_argument("--experiment", required=True)
     commands.add_device(p)
     commands.add_threads(p, default=1)

@@ -249,7 +249,7 @@ def _cli_training_curves(args: argparse.Namespace) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "pseudopair-figure", _cli_figure)
-    commands.add_json(p, "--spec", "experiments.pseudopair_figure_spec")
+    commands.add_json(p, "--spec", "report.contract.pseudopair_figure_spec")
     p.add_argument("--png", required=True)
     p.add_argument("--html", required=True)
     p = commands.add_command(subparsers, "training-curves", _cli_training_curves)

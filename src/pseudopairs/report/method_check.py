@@ -114,7 +114,7 @@ def _record(kind: str, table_name: str, table: dict, metric: str, better: str, w
 
 def method_check(spec: dict) -> pd.DataFrame:
     """The rows of ``method_check.csv`` (:data:`COLUMNS`) from the spec the rule passes
-    (:func:`pseudopairs.experiments.method_check_spec`: the config's ``method_check`` section, the
+    (:func:`pseudopairs.report.contract.method_check_spec`: the config's ``method_check`` section, the
     tables, the pseudopair rows of each table and every ``metrics.json`` per experiment and seed)."""
     runs = {name: _runs(spec, name) for name in spec["metrics"]}
     tables = spec["tables"]
@@ -202,6 +202,6 @@ def _cli_method_check(args: argparse.Namespace) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "method-check", _cli_method_check)
-    commands.add_json(p, "--spec", "the method_check section with its metrics files (experiments.method_check_spec)")
+    commands.add_json(p, "--spec", "the method_check section with its metrics files (report.contract.method_check_spec)")
     p.add_argument("--output", required=True, help="method_check.csv")
     p.add_argument("--runs", default=None, help="training_runs.csv: how each table's training run ended")

@@ -109,7 +109,7 @@ def _cli_pseudopair_stats(args) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "pseudopair-stats", _cli_pseudopair_stats)
-    commands.add_json(p, "--spec", "the sets, seeds and their files (experiments.pseudopair_stats_spec)")
+    commands.add_json(p, "--spec", "the sets, seeds and their files (report.contract.pseudopair_stats_spec)")
     p.add_argument("--output", required=True, help="pseudopair_stats.csv")
     p.add_argument("--plot", required=True, help="caption-use plot (PNG)")
     p.add_argument("--histogram", required=True, help="similarity histograms (PNG)")

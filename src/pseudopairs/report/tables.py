@@ -9,7 +9,7 @@ numbers of a language are listed in the order of ``columns``; the paper's mR is 
 mean of its six recalls when the table lists them, else unknown. ``sum_sum: true`` adds Sum(Sum)
 over the table's languages. A row names one ``experiment``, or per-language ``experiments``
 (``{en: A, de: B}``: paper 004's monolingual rows, one model per language). ``retrieval_key``
-(from :func:`pseudopairs.experiments.table_spec`) says which test set of metrics.json the table
+(from :func:`pseudopairs.report.contract.table_spec`) says which test set of metrics.json the table
 reads: ``retrieval`` (the evaluation corpus) or ``portion_retrieval`` (the translation corpus'
 test split). Translation tables (Table 7) report R@1 of the true translation in both directions.
 """
@@ -149,7 +149,7 @@ def translation_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFram
 
 def load_metrics(spec: dict) -> dict[str, list[dict]]:
     """Read the ``metrics.json`` files the rule passes in ``spec["metrics"]`` (experiment → seed
-    → path, made by :func:`pseudopairs.experiments.table_spec`), for every experiment a row
+    → path, made by :func:`pseudopairs.report.contract.table_spec`), for every experiment a row
     names; a missing file is an error."""
     metrics: dict[str, list[dict]] = {}
     for name in (n for row in spec["rows"] for n in row_experiments(row)):
@@ -316,7 +316,7 @@ def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "table", _cli_table)
     p.add_argument("--name", required=True)
-    commands.add_json(p, "--spec", "the table's config entry with its metrics files (experiments.table_spec)")
+    commands.add_json(p, "--spec", "the table's config entry with its metrics files (report.contract.table_spec)")
     p.add_argument("--output", required=True)
     p = commands.add_command(subparsers, "tables-markdown", _cli_markdown)
     commands.add_json(p, "--specs", "the config's tables section")

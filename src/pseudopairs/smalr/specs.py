@@ -8,25 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs import experiments as ex
+from pseudopairs.experiments import experiment
+from pseudopairs.model import contract as model_contract
 from pseudopairs import layout
 
 
 def uses_hem(config: dict, name: str) -> bool:
-    return ex.training_settings(config, name).get("text_encoder", "gru") == "hem"
+    return model_contract.uses_hem(config, name)
 
 
 def hem_runs(config: dict) -> list[tuple[str, str]]:
     """(experiment, language) of every experiment with the hem text encoder."""
     return [(name, lang) for name in config["experiments"] if uses_hem(config, name)
-            for lang in ex.training_langs(config, name)]
+            for lang in model_contract.training_langs(config, name)]
 
 
 def sentence_refs(config: dict, name: str, seed: int) -> list[dict[str, str]]:
     """The experiment's c2i caption tables (one language each, with the features file that
     names their images), each once."""
     refs, seen = [], set()
-    for ref in ex.training_spec(config, name, seed)["c2i"]:
+    for ref in model_contract.training_spec(config, name, seed)["c2i"]:
         key = (ref["captions"], ref["lang"])
         if key not in seen:
             seen.add(key)
@@ -47,13 +48,13 @@ def fasttext_inputs(config: dict, name: str, seed: int, lang: str) -> list[str]:
 
 
 def hem_settings(config: dict, name: str) -> dict[str, Any]:
-    return {**config.get("hem", {}), **ex.experiment(config, name).get("hem", {})}
+    return {**config.get("hem", {}), **experiment(config, name).get("hem", {})}
 
 
 def hem_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
     return {"experiment": name, "seed": int(seed), "sentences": sentence_refs(config, name, seed),
             "vectors": {lang: layout.fasttext_vectors(name, seed, lang)
-                        for lang in ex.training_langs(config, name)},
+                        for lang in model_contract.training_langs(config, name)},
             "settings": hem_settings(config, name)}
 
 

@@ -1,0 +1,199 @@
+"""The data stage's contract: data sets as data (``config['datasets']``), the lookups every later
+stage shares (a data set's kind, files, image corpus, caption count), the ``select-captions``
+job's spec, which corpora get features and prepared text, and :func:`check` of the ``datasets``
+section. Nothing here looks inside names: a data set's corpus, language and origin (a corpus, a
+selection, a pseudopair set, a translation) come from its declaration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pseudopairs import layout
+
+SPLITS = ("train", "val", "test")
+
+
+def feature_format(config: dict) -> str:
+    return config["features"]["format"]
+
+
+def dataset(config: dict, name: str) -> dict[str, Any]:
+    try:
+        return config["datasets"][name]
+    except KeyError:
+        raise ValueError(f"config key 'datasets': unknown data set {name!r}") from None
+
+
+def dataset_kind(config: dict, name: str) -> str:
+    """``corpus`` (captions of a corpus), ``selection`` (a corpus' captions restricted to a subset
+    of images or captions per image, :mod:`pseudopairs.data.select`), ``pseudopairs`` (mined
+    captions for the queries' images) or ``translation`` (machine-translated captions of another
+    data set)."""
+    ds = dataset(config, name)
+    if "pseudopairs" in ds:
+        return "pseudopairs"
+    if "translation" in ds:
+        return "translation"
+    if "select" in ds:
+        return "selection"
+    return "corpus"
+
+
+def image_corpus(ds: dict) -> str:
+    """The corpus whose images a data set's captions describe (``images``, default its corpus:
+    the Multi30K translation portion describes the Multi30K images)."""
+    return ds.get("images", ds["corpus"])
+
+
+def corpus_langs(config: dict, corpus: str) -> set[str]:
+    """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them)."""
+    return {ds["lang"] for ds in config["datasets"].values() if ds["corpus"] == corpus}
+
+
+def known_caption_count(config: dict, name: str, split: str = "train") -> int | None:
+    """How many captions data set ``name`` has in ``split``, when that is known before any job
+    runs: from the world's sizes in the demo, else from its prepared caption table if it exists
+    already (``None`` otherwise). Used to check settings such as a criterion's ``k`` against the
+    data at DAG time."""
+    ds = dataset(config, name)
+    if dataset_kind(config, name) != "corpus":
+        return None
+    if config.get("data", {}).get("source") == "world":
+        world = config.get("world", {})
+        sizes = world.get("images", {}).get(ds["corpus"], {})
+        if split in sizes:
+            return int(sizes[split]) * int(world.get("captions_per_image", 5))
+        return None
+    path = Path(layout.captions(ds["corpus"], split))
+    if not path.is_file():
+        return None
+    return caption_lang_counts(path).get(ds["lang"], 0)
+
+
+# (absolute path, size, mtime_ns) -> captions per language: a parse checks every pseudopair
+# set's queries and database (~42 lookups of the same few tables at the paper's size, 566K rows
+# each); each table version is read once per process
+_LANG_COUNTS: dict[tuple[str, int, int], dict[Any, int]] = {}
+
+
+def _read_langs(path) -> dict[Any, int]:
+    import pyarrow.parquet as pq
+
+    counts = pq.read_table(path, columns=["lang"]).column("lang").value_counts()
+    return {item["values"]: item["counts"] for item in counts.to_pylist()}
+
+
+def caption_lang_counts(path) -> dict[Any, int]:
+    """Captions per language of a caption table, read once per version of the file (its path,
+    size and modification time) in this process."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    if key not in _LANG_COUNTS:
+        _LANG_COUNTS[key] = _read_langs(path)
+    return _LANG_COUNTS[key]
+
+
+def dataset_files(config: dict, name: str, split: str = "train", *,
+                  seed: int | None = None) -> dict[str, str]:
+    """Caption table, feature file and language of data set ``name`` for ``split``. Synthetic
+    data sets (pseudopairs, translations) exist for the training split only; a pseudopair data
+    set also depends on the ``seed`` (seed s uses the pairs mined by seed s of its source)."""
+    ds = dataset(config, name)
+    kind = dataset_kind(config, name)
+    if kind != "corpus" and split != "train":
+        raise ValueError(f"data set {name!r} ({kind}) exists for the training split only, not {split!r}")
+    if kind == "pseudopairs":
+        if seed is None:
+            raise ValueError(f"data set {name!r}: pseudopairs depend on the seed; none given")
+        captions = layout.pseudopair_captions(ds["pseudopairs"], seed, ds.get("min_percentile", 0))
+    elif kind == "translation":
+        captions = layout.translated_captions(name)
+    elif kind == "selection":
+        captions = layout.selected_captions(name)
+    else:
+        captions = layout.captions(ds["corpus"], split)
+    return {
+        "name": name,
+        "lang": ds["lang"],
+        "captions": captions,
+        "features": layout.features(image_corpus(ds), split, feature_format(config)),
+    }
+
+
+def selection_datasets(config: dict) -> list[str]:
+    return [name for name in config["datasets"] if dataset_kind(config, name) == "selection"]
+
+
+def selection_spec(config: dict, name: str) -> dict[str, Any]:
+    """What the ``select-captions`` job of selection data set ``name`` reads and does."""
+    ds = dataset(config, name)
+    return {"captions": layout.captions(ds["corpus"], "train"), "lang": ds["lang"], "select": ds["select"]}
+
+
+def corpora_with_images(config: dict) -> list[str]:
+    """Corpora whose images need features: those of the data sets plus the evaluation corpus."""
+    corpora = {image_corpus(ds) for ds in config["datasets"].values()}
+    corpora.add(config["evaluation"]["corpus"])
+    return sorted(corpora)
+
+
+def text_corpora(config: dict) -> list[str]:
+    """Corpora whose caption tables get prepared: those of the data sets, the image corpora and
+    the translation corpus."""
+    corpora = {ds["corpus"] for ds in config["datasets"].values()} | set(corpora_with_images(config))
+    return sorted(corpora | {config["evaluation"]["translation_corpus"]})
+
+
+def check(config: dict) -> list[str]:
+    """The ``datasets`` section: each data set is one kind; a selection's ``select``, a pseudopair
+    data set's set, corpus and language, a translation's source agree with what they name."""
+    datasets, pseudopairs = config.get("datasets", {}), config.get("pseudopairs", {})
+    messages = []
+    for name, ds in datasets.items():
+        where = f"config key 'datasets.{name}"
+        if sum(key in ds for key in ("pseudopairs", "translation", "select")) > 1:
+            messages.append(f"{where}': a data set is one of pseudopairs, a translation or a "
+                            "selection, not several")
+        if "select" in ds:
+            from pseudopairs.data.select import check_select   # pandas: only when a set selects
+
+            try:
+                check_select(ds["select"], where=f"datasets.{name}.select")
+            except ValueError as err:
+                key, _, why = str(err).partition(": ")
+                messages.append(f"config key '{key}': {why}")
+        if "min_percentile" in ds and "pseudopairs" not in ds:
+            messages.append(f"{where}.min_percentile': only pseudopair data sets are filtered")
+        if "pseudopairs" in ds:
+            messages += _pseudopair_dataset_errors(datasets, pseudopairs, ds, where)
+        if "translation" in ds:
+            messages += _translation_dataset_errors(datasets, ds, where)
+    return messages
+
+
+def _pseudopair_dataset_errors(datasets: dict, pseudopairs: dict, ds: dict, where: str) -> list[str]:
+    pp = pseudopairs.get(ds["pseudopairs"])
+    if pp is None:
+        return [f"{where}.pseudopairs': unknown pseudopair set {ds['pseudopairs']!r}"]
+    if pp.get("queries") in datasets and pp.get("database") in datasets:
+        queries, database = datasets[pp["queries"]], datasets[pp["database"]]
+        if (ds["corpus"], ds["lang"]) != (queries["corpus"], database["lang"]):
+            return [f"{where}': pseudopair set {ds['pseudopairs']!r} gives {database['lang']!r} "
+                    f"captions of {queries['corpus']!r} images, but the data set says "
+                    f"corpus {ds['corpus']!r}, lang {ds['lang']!r}"]
+    return []
+
+
+def _translation_dataset_errors(datasets: dict, ds: dict, where: str) -> list[str]:
+    source = datasets.get(ds["translation"])
+    if source is None:
+        return [f"{where}.translation': unknown data set {ds['translation']!r}"]
+    if "pseudopairs" in source or "translation" in source:
+        return [f"{where}.translation': translate the captions of a corpus, not of "
+                f"the synthetic data set {ds['translation']!r}"]
+    if source["corpus"] != ds["corpus"] or source["lang"] == ds["lang"]:
+        return [f"{where}': a translation of {ds['translation']!r} keeps its corpus "
+                f"{source['corpus']!r} and changes its language {source['lang']!r}"]
+    return []
