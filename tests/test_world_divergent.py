@@ -168,3 +168,12 @@ def test_visible_detail_scales_the_attributes_named():
 def test_settings_errors(settings, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         WorldSettings.from_dict(settings)
+
+
+def test_french_vieux_before_a_vowel():
+    groups = (ObjectGroup("egg", "white", "small", "plain", 1, condition="old", material="paper"),
+              ObjectGroup("egg", "white", "small", "plain", 2, condition="old", material="paper"))
+    one = CaptionSpec("fragment", 0, (Mention(0, "a", 0, None, False, False, condition=True),), None, "divergent")
+    two = CaptionSpec("fragment", 0, (Mention(1, "number", 0, 0, False, False, condition=True),), None, "divergent")
+    assert _all(one, groups=groups)["fr"] == "Un vieil œuf."
+    assert _all(two, groups=groups)["fr"] == "Deux petits vieux œufs."

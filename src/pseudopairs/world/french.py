@@ -57,6 +57,7 @@ class FrenchAdjective:
     mp: str
     fp: str
     before: bool = False  # stands before the noun (grand, petit)
+    ms_vowel: str | None = None  # masculine singular before a vowel or mute h (vieux → vieil)
 
     def form(self, *, gender: str, plural: bool) -> str:
         if gender not in GENDERS:
@@ -143,7 +144,7 @@ DIVERGENT_NOUNS: dict[str, list[FrenchNoun]] = {
 HYPERNYM_NOUNS: dict[str, FrenchNoun] = {"toy": _fr("jouet", "m"), "building": _fr("bâtiment", "m"),
                                          "container": _fr("récipient", "m"), "object": _fr("objet", "m")}
 CONDITIONS: dict[str, FrenchAdjective] = {
-    "new": _adj("neuf", "neuve"), "old": FrenchAdjective("vieux", "vieille", "vieux", "vieilles", True),
+    "new": _adj("neuf", "neuve"), "old": FrenchAdjective("vieux", "vieille", "vieux", "vieilles", True, "vieil"),
     "broken": _adj("cassé"), "dirty": _adj("sale")}
 MATERIALS: dict[str, FrenchAdjective] = {"wooden": _inv("en bois"), "plastic": _inv("en plastique"),
                                          "metal": _inv("en métal"), "paper": _inv("en papier")}
@@ -180,9 +181,13 @@ def french_noun_phrase(noun: FrenchNoun, *, adjectives: Sequence[FrenchAdjective
     if article == "un" and plural:
         raise ValueError("the article 'un' has no plural; use 'number', 'des' or a quantifier")
     g = noun.gender
-    before = [a.form(gender=g, plural=plural) for a in adjectives if a.before]
     after = [a.form(gender=g, plural=plural) for a in adjectives if not a.before]
-    words = before + [noun.form(plural=plural)] + after
+    words = [noun.form(plural=plural)]
+    for a in reversed([a for a in adjectives if a.before]):  # "un vieil objet", "un vieux grand objet"
+        vowel = a.ms_vowel and g == "m" and not plural and elides(words[0])
+        words.insert(0, a.ms_vowel if vowel else a.form(gender=g, plural=plural))
+    before = words[:-1]
+    words = words + after
     if article == "un":
         det = "une" if g == "f" else "un"
     elif article == "le":
