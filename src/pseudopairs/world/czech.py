@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, sentence)
+                                       ObjectGroup, check_aligned, check_divergent, coordinate, lexicon_noun,
+                                       mention_details, pick_adjectives, sentence)
 
 CASES = ("nom", "acc", "gen", "dat", "ins", "loc")
 GENDERS = ("ma", "mi", "f", "n")  # masculine animate / inanimate, feminine, neuter
@@ -184,6 +185,23 @@ PICTURE = (("obrázek", None, "gen"), ("fotografie", None, "gen"), ("scéna", "s
 check_aligned("cs", nouns=KIND_NOUNS, colours=COLOURS, sizes=SIZES, textures=TEXTURES,
               backgrounds={k: [noun for _, _, noun in v] for k, v in BACKGROUNDS.items()})
 
+# The divergent lexicon (grammar.CaptionStyle): hypernyms and unrendered details (adjectives).
+DIVERGENT_NOUNS: dict[str, list[CzechNoun]] = {
+    **KIND_NOUNS, "egg": KIND_NOUNS["egg"] * 2,
+    "ball": KIND_NOUNS["ball"] + [_object("mi", "míček míček míčku míčkem", "míčky míčky míčků míčky")]}
+HYPERNYM_NOUNS: dict[str, CzechNoun] = {
+    "toy": _object("f", "hračka hračku hračky hračkou", "hračky hračky hraček hračkami"),
+    "building": _object("f", "budova budovu budovy budovou", "budovy budovy budov budovami"),
+    "container": _object("f", "nádoba nádobu nádoby nádobou", "nádoby nádoby nádob nádobami"),
+    "object": _object("mi", "předmět předmět předmětu předmětem", "předměty předměty předmětů předměty")}
+CONDITIONS: dict[str, CzechAdjective] = {"new": _adj("nový"), "old": _adj("starý"),
+                                         "broken": _adj("rozbitý"), "dirty": _adj("špinavý")}
+MATERIALS: dict[str, CzechAdjective] = {"wooden": _adj("dřevěný"), "plastic": _adj("plastový"),
+                                        "metal": _adj("kovový"), "paper": _adj("papírový")}
+
+check_divergent("cs", nouns=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS, conditions=CONDITIONS,
+                materials=MATERIALS)
+
 # --------------------------------------------------------------------------------------------
 # Noun phrases
 # --------------------------------------------------------------------------------------------
@@ -268,13 +286,19 @@ def czech_object_phrase(kind: str, *, colour: str | None = None, size: str | Non
 _QUANTITY = {"a": "none", "number": "number", "some": "pár", "several": "několik"}
 
 
-def czech_mention(mention: Mention, group: ObjectGroup, *, case: str) -> str:
+def czech_mention(mention: Mention, group: ObjectGroup, *, case: str, languages: str = "aligned") -> str:
+    """Condition, size, colour, texture, material, noun."""
     if mention.texture and group.texture not in TEXTURES:
         raise ValueError(f"texture {group.texture!r} cannot be mentioned")
-    adjs = adjectives(size=group.size if mention.size is not None else None,
-                      size_variant=mention.size or 0, colour=group.colour if mention.colour else None,
-                      texture=group.texture if mention.texture else None)
-    return czech_noun_phrase(KIND_NOUNS[group.kind][mention.noun], adjectives=adjs,
+    condition, material = mention_details(mention, group)
+    adjs = (([CONDITIONS[condition]] if condition else [])
+            + adjectives(size=group.size if mention.size is not None else None,
+                         size_variant=mention.size or 0, colour=group.colour if mention.colour else None,
+                         texture=group.texture if mention.texture else None)
+            + ([MATERIALS[material]] if material else []))
+    noun = lexicon_noun(group.kind, mention.noun, languages, kinds=KIND_NOUNS,
+                        divergent=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS)
+    return czech_noun_phrase(noun, adjectives=adjs,
                              count=group.count, quantity=_QUANTITY[mention_quantity(mention, group)],
                              case=case)
 
@@ -311,7 +335,8 @@ def czech_background(bg: BackgroundMention, *, background: str, background_colou
 def realise_czech(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], background: str,
                   background_colour: str) -> str:
     def nps(mentions, case, preposition=None):
-        text = coordinate([czech_mention(m, groups[m.group], case=case) for m in mentions], "a")
+        text = coordinate([czech_mention(m, groups[m.group], case=case, languages=spec.languages)
+                           for m in mentions], "a")
         return with_preposition(preposition, text) if preposition else text
 
     bg = (" " + czech_background(spec.background, background=background,
@@ -348,7 +373,7 @@ def realise_czech(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], backgroun
 def kind_words(kind: str) -> set[str]:
     """Every case form (singular and plural) of every noun of ``kind``, also capitalised: with no
     article, a bare noun can open the sentence (``Stan na trávě.``)."""
-    forms = {form for noun in KIND_NOUNS[kind] for forms in (noun.singular, noun.plural)
+    forms = {form for noun in KIND_NOUNS[kind] + DIVERGENT_NOUNS[kind] for forms in (noun.singular, noun.plural)
              for form in forms.values()}
     return forms | {form[:1].upper() + form[1:] for form in forms}
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, plural_subject,
-                                       sentence)
+                                       ObjectGroup, check_aligned, check_divergent, coordinate, lexicon_noun,
+                                       mention_details, pick_adjectives, plural_subject, sentence)
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,23 @@ ARTICLES = ("a", "the", "number", "some", "several", "none")
 check_aligned("en", nouns=KIND_NOUNS, colours=COLOURS, sizes=SIZES, textures=TEXTURES,
               backgrounds=BACKGROUNDS)
 
+# The divergent lexicon (grammar.CaptionStyle): English has one noun where German has two (a
+# ball's second variant, German "Kugel", is still "ball"), hypernyms, unrendered details.
+DIVERGENT_NOUNS: dict[str, list[EnglishNoun]] = {
+    **KIND_NOUNS, "ball": KIND_NOUNS["ball"] * 2, "egg": KIND_NOUNS["egg"] * 2}
+HYPERNYM_NOUNS: dict[str, EnglishNoun] = {"toy": _en("toy"), "building": _en("building"),
+                                          "container": _en("container"), "object": _en("object")}
+CONDITIONS: dict[str, str] = {"new": "new", "old": "old", "broken": "broken", "dirty": "dirty"}
+MATERIALS: dict[str, str] = {"wooden": "wooden", "plastic": "plastic", "metal": "metal", "paper": "paper"}
+
+check_divergent("en", nouns=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS, conditions=CONDITIONS,
+                materials=MATERIALS)
+
+
+def mention_noun(mention: Mention, group: ObjectGroup, languages: str) -> EnglishNoun:
+    return lexicon_noun(group.kind, mention.noun, languages, kinds=KIND_NOUNS,
+                        divergent=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS)
+
 
 def english_indefinite_article(next_word: str) -> str:
     return "an" if next_word[:1].lower() in "aeio" else "a"
@@ -103,11 +120,15 @@ def adjectives(*, size: str | None, size_variant: int, colour: str | None, textu
 
 
 def mention_adjectives(mention: Mention, group: ObjectGroup) -> list[str]:
+    """Condition, size, colour, texture, material (an English order: "an old small red wooden box")."""
     if mention.texture and group.texture not in TEXTURES:
         raise ValueError(f"texture {group.texture!r} cannot be mentioned")
-    return adjectives(size=group.size if mention.size is not None else None,
-                      size_variant=mention.size or 0, colour=group.colour if mention.colour else None,
-                      texture=group.texture if mention.texture else None)
+    condition, material = mention_details(mention, group)
+    return (([CONDITIONS[condition]] if condition else [])
+            + adjectives(size=group.size if mention.size is not None else None,
+                         size_variant=mention.size or 0, colour=group.colour if mention.colour else None,
+                         texture=group.texture if mention.texture else None)
+            + ([MATERIALS[material]] if material else []))
 
 
 def english_object_phrase(kind: str, *, colour: str | None = None, size: str | None = None,
@@ -120,8 +141,8 @@ def english_object_phrase(kind: str, *, colour: str | None = None, size: str | N
                                article=article)
 
 
-def english_mention(mention: Mention, group: ObjectGroup) -> str:
-    noun = KIND_NOUNS[group.kind][mention.noun]
+def english_mention(mention: Mention, group: ObjectGroup, languages: str = "aligned") -> str:
+    noun = mention_noun(mention, group, languages)
     article = "a" if group.count == 1 else mention.quantity
     return english_noun_phrase(noun, adjectives=mention_adjectives(mention, group),
                                count=group.count, article=article)
@@ -137,7 +158,7 @@ def english_background(bg: BackgroundMention, *, background: str, background_col
 
 def realise_english(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], background: str,
                     background_colour: str) -> str:
-    nps = [english_mention(m, groups[m.group]) for m in spec.mentions]
+    nps = [english_mention(m, groups[m.group], spec.languages) for m in spec.mentions]
     bg = (" " + english_background(spec.background, background=background,
                                    background_colour=background_colour)
           if spec.background is not None else "")
@@ -170,7 +191,8 @@ def realise_english(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], backgro
 
 
 def kind_words(kind: str) -> set[str]:
-    return {form for noun in KIND_NOUNS[kind] for form in (noun.singular, noun.plural)}
+    """Forms of the kind's own nouns (aligned and divergent lexicon; not the hypernyms)."""
+    return {form for noun in KIND_NOUNS[kind] + DIVERGENT_NOUNS[kind] for form in (noun.singular, noun.plural)}
 
 
 LANGUAGES.register("en", Language("en", realise=realise_english, kind_words=kind_words))

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, plural_subject,
-                                       sentence)
+                                       ObjectGroup, check_aligned, check_divergent, coordinate, lexicon_noun,
+                                       mention_details, pick_adjectives, plural_subject, sentence)
 
 GENDERS = ("m", "f")
 VOWELS = frozenset("aeiouàâäéèêëîïôöùûüœæ")  # y + vowel is a consonant: le yaourt
@@ -57,6 +57,7 @@ class FrenchAdjective:
     mp: str
     fp: str
     before: bool = False  # stands before the noun (grand, petit)
+    ms_vowel: str | None = None  # masculine singular before a vowel or mute h (vieux → vieil)
 
     def form(self, *, gender: str, plural: bool) -> str:
         if gender not in GENDERS:
@@ -136,6 +137,26 @@ VISIBLE = _adj("visible")
 check_aligned("fr", nouns=KIND_NOUNS, colours=COLOURS, sizes=SIZES, textures=TEXTURES,
               backgrounds=BACKGROUNDS)
 
+# The divergent lexicon (grammar.CaptionStyle): hypernyms and unrendered details (materials as
+# invariable phrases after the noun: "une boîte en bois").
+DIVERGENT_NOUNS: dict[str, list[FrenchNoun]] = {
+    **KIND_NOUNS, "ball": KIND_NOUNS["ball"] + [_fr("balle", "f")], "egg": KIND_NOUNS["egg"] * 2}
+HYPERNYM_NOUNS: dict[str, FrenchNoun] = {"toy": _fr("jouet", "m"), "building": _fr("bâtiment", "m"),
+                                         "container": _fr("récipient", "m"), "object": _fr("objet", "m")}
+CONDITIONS: dict[str, FrenchAdjective] = {
+    "new": _adj("neuf", "neuve"), "old": FrenchAdjective("vieux", "vieille", "vieux", "vieilles", True, "vieil"),
+    "broken": _adj("cassé"), "dirty": _adj("sale")}
+MATERIALS: dict[str, FrenchAdjective] = {"wooden": _inv("en bois"), "plastic": _inv("en plastique"),
+                                         "metal": _inv("en métal"), "paper": _inv("en papier")}
+
+check_divergent("fr", nouns=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS, conditions=CONDITIONS,
+                materials=MATERIALS)
+
+
+def mention_noun(mention: Mention, group: ObjectGroup, languages: str) -> FrenchNoun:
+    return lexicon_noun(group.kind, mention.noun, languages, kinds=KIND_NOUNS,
+                        divergent=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS)
+
 # --------------------------------------------------------------------------------------------
 # Noun phrases
 # --------------------------------------------------------------------------------------------
@@ -160,9 +181,13 @@ def french_noun_phrase(noun: FrenchNoun, *, adjectives: Sequence[FrenchAdjective
     if article == "un" and plural:
         raise ValueError("the article 'un' has no plural; use 'number', 'des' or a quantifier")
     g = noun.gender
-    before = [a.form(gender=g, plural=plural) for a in adjectives if a.before]
     after = [a.form(gender=g, plural=plural) for a in adjectives if not a.before]
-    words = before + [noun.form(plural=plural)] + after
+    words = [noun.form(plural=plural)]
+    for a in reversed([a for a in adjectives if a.before]):  # "un vieil objet", "un vieux grand objet"
+        vowel = a.ms_vowel and g == "m" and not plural and elides(words[0])
+        words.insert(0, a.ms_vowel if vowel else a.form(gender=g, plural=plural))
+    before = words[:-1]
+    words = words + after
     if article == "un":
         det = "une" if g == "f" else "un"
     elif article == "le":
@@ -219,15 +244,17 @@ def french_object_phrase(kind: str, *, colour: str | None = None, size: str | No
                               article=article)
 
 
-def french_mention(mention: Mention, group: ObjectGroup) -> str:
+def french_mention(mention: Mention, group: ObjectGroup, languages: str = "aligned") -> str:
     if mention.texture and group.texture not in TEXTURES:
         raise ValueError(f"texture {group.texture!r} cannot be mentioned")
-    noun = KIND_NOUNS[group.kind][mention.noun]
+    noun = mention_noun(mention, group, languages)
+    condition, material = mention_details(mention, group)
     article = {"a": "un", "number": "number", "some": "quelques", "several": "plusieurs"}[
         "a" if group.count == 1 else mention.quantity]
     adjs = adjectives(size=group.size if mention.size is not None else None,
                       size_variant=mention.size or 0, colour=group.colour if mention.colour else None,
                       texture=group.texture if mention.texture else None)
+    adjs += ([MATERIALS[material]] if material else []) + ([CONDITIONS[condition]] if condition else [])
     return french_noun_phrase(noun, adjectives=adjs, count=group.count, article=article)
 
 
@@ -239,9 +266,10 @@ def french_background(bg: BackgroundMention, *, background: str, background_colo
     return with_preposition(prep, phrase) if prepositional else phrase
 
 
-def subject_agreement(mentions: Sequence[Mention], groups: Sequence[ObjectGroup]) -> tuple[str, bool]:
+def subject_agreement(mentions: Sequence[Mention], groups: Sequence[ObjectGroup],
+                      languages: str = "aligned") -> tuple[str, bool]:
     """(gender, plural) of a (coordinated) subject: feminine only if every conjunct is."""
-    genders = {KIND_NOUNS[groups[m.group].kind][m.noun].gender for m in mentions}
+    genders = {mention_noun(m, groups[m.group], languages).gender for m in mentions}
     return ("f" if genders == {"f"} else "m"), plural_subject(mentions, groups)
 
 
@@ -253,7 +281,7 @@ def subject_agreement(mentions: Sequence[Mention], groups: Sequence[ObjectGroup]
 def realise_french(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], background: str,
                    background_colour: str) -> str:
     def nps(mentions, preposition=None):
-        phrases = [french_mention(m, groups[m.group]) for m in mentions]
+        phrases = [french_mention(m, groups[m.group], spec.languages) for m in mentions]
         if preposition is not None:  # "à côté d'un ballon et de deux tentes"
             repeat = "de" if preposition.split()[-1] == "de" else None
             phrases = [with_preposition(preposition, phrases[0])] + [
@@ -263,7 +291,7 @@ def realise_french(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], backgrou
     bg = (" " + french_background(spec.background, background=background,
                                   background_colour=background_colour)
           if spec.background is not None else "")
-    gender, plural = subject_agreement(spec.mentions, groups)
+    gender, plural = subject_agreement(spec.mentions, groups, spec.languages)
     t, f = spec.template, spec.frame
     if t == "fragment":
         text = nps(spec.mentions) + bg
@@ -297,7 +325,7 @@ def realise_french(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], backgrou
 def kind_words(kind: str) -> set[str]:
     """Singular and plural of every noun of ``kind``, and the parts of hyphenated ones
     (``cerf-volant``: ``cerf``, ``volant``), so that ``\\w+`` tokens find them too."""
-    forms = {form for noun in KIND_NOUNS[kind] for form in (noun.singular, noun.plural)}
+    forms = {form for noun in KIND_NOUNS[kind] + DIVERGENT_NOUNS[kind] for form in (noun.singular, noun.plural)}
     return forms | {part for form in forms if "-" in form for part in form.split("-")}
 
 

@@ -20,9 +20,9 @@ from pseudopairs import commands
 from pseudopairs.io import (IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, atomic_path, write_parquet_atomic,
                             write_text_atomic)
 from pseudopairs.world.content import BACKGROUNDS, KIND_WEIGHTS, kinds_of
-from pseudopairs.world.grammar import CaptionSpec, realise, sample_caption_spec
+from pseudopairs.world.grammar import CaptionSpec, CaptionStyle, realise, sample_caption_spec
 from pseudopairs.world.render import render_scene
-from pseudopairs.world.scene import Scene, image_rng, sample_scene
+from pseudopairs.world.scene import Scene, image_rng, sample_scene, with_unrendered_details
 from pseudopairs.world.settings import CORPORA, SPLITS, WorldSettings
 
 
@@ -40,15 +40,15 @@ LANG_ORDER = ("de", "en")  # rows within an image: languages in sorted order
 TASK1_LANGS = ("cs", "de", "en", "fr")
 
 
-def comparable_captions(scene: Scene, *, rng: np.random.Generator, lang: str,
-                        n: int) -> list[tuple[CaptionSpec, str]]:
+def comparable_captions(scene: Scene, *, rng: np.random.Generator, lang: str, n: int,
+                        style: CaptionStyle = CaptionStyle()) -> list[tuple[CaptionSpec, str]]:
     """``n`` captions of a scene in one language, each from its own spec (distinct texts when
     the grammar allows: a duplicate is redrawn up to 20 times)."""
     out: list[tuple[CaptionSpec, str]] = []
     seen: set[str] = set()
     for _ in range(n):
         for attempt in range(21):
-            spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background)
+            spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background, style=style)
             text = realise(spec, lang=lang, groups=scene.groups, background=scene.background,
                            background_colour=scene.background_colour)
             if text not in seen:
@@ -58,19 +58,20 @@ def comparable_captions(scene: Scene, *, rng: np.random.Generator, lang: str,
     return out
 
 
-def parallel_captions(scene: Scene, *, rng: np.random.Generator,
-                      langs: tuple[str, ...] = TASK1_LANGS) -> tuple[CaptionSpec, dict[str, str]]:
+def parallel_captions(scene: Scene, *, rng: np.random.Generator, langs: tuple[str, ...] = TASK1_LANGS,
+                      style: CaptionStyle = CaptionStyle()) -> tuple[CaptionSpec, dict[str, str]]:
     """One spec realised in each of ``langs``: a sentence and its exact translations. Only the
     spec draws from ``rng`` (one draw sequence whatever ``langs`` holds)."""
-    spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background)
+    spec = sample_caption_spec(rng, groups=scene.groups, background=scene.background, style=style)
     kw = dict(groups=scene.groups, background=scene.background,
               background_colour=scene.background_colour)
     return spec, {lang: realise(spec, lang=lang, **kw) for lang in langs}
 
 
-def parallel_caption(scene: Scene, *, rng: np.random.Generator) -> tuple[CaptionSpec, str, str]:
+def parallel_caption(scene: Scene, *, rng: np.random.Generator,
+                     style: CaptionStyle = CaptionStyle()) -> tuple[CaptionSpec, str, str]:
     """One spec realised in English and in German: a sentence and its exact translation."""
-    spec, texts = parallel_captions(scene, rng=rng, langs=("en", "de"))
+    spec, texts = parallel_captions(scene, rng=rng, langs=("en", "de"), style=style)
     return spec, texts["en"], texts["de"]
 
 
@@ -84,24 +85,37 @@ class WorldImage:
     scene: Scene
     captions: Mapping[str, list[str]]  # lang -> captions (comparable)
     task1: Mapping[str, str] | None  # lang -> the one parallel caption (TASK1_LANGS), for m30k
+    specs: Mapping[str, list[CaptionSpec]] | None = None  # lang -> the spec of each caption
+    task1_spec: CaptionSpec | None = None
+
+
+def world_scene(settings: WorldSettings, rng: np.random.Generator,
+                details_rng: np.random.Generator, corpus: str) -> Scene:
+    """A scene of ``corpus`` and, when captions may name them (``unrendered`` > 0), its unrendered
+    details from their own stream (the scene and its pixels are those of the aligned world)."""
+    scene = sample_scene(rng, corpus=corpus, image_size=settings.image_size,
+                         max_groups=settings.max_groups, max_count=settings.max_count,
+                         max_objects=settings.max_objects)
+    return with_unrendered_details(scene, details_rng) if settings.unrendered > 0 else scene
 
 
 def generate_image(settings: WorldSettings, corpus: str, split: str, index: int) -> WorldImage:
-    """Scene and captions of one image, a pure function of (settings, corpus, split, index)."""
-    scene = sample_scene(image_rng(settings.seed, corpus, split, index, "scene"), corpus=corpus,
-                         image_size=settings.image_size, max_groups=settings.max_groups,
-                         max_count=settings.max_count, max_objects=settings.max_objects)
+    """Scene and captions of one image (with the spec of each caption), a pure function of
+    (settings, corpus, split, index)."""
+    scene = world_scene(settings, image_rng(settings.seed, corpus, split, index, "scene"),
+                        image_rng(settings.seed, corpus, split, index, "details"), corpus)
+    style = settings.caption_style
     langs = ("en", "de") if corpus == "m30k" else ("en",)
-    captions = {
-        lang: [text for _, text in comparable_captions(
-            scene, rng=image_rng(settings.seed, corpus, split, index, f"captions.{lang}"),
-            lang=lang, n=settings.captions_per_image)]
-        for lang in langs
-    }
-    task1 = None
+    drawn = {lang: comparable_captions(
+        scene, rng=image_rng(settings.seed, corpus, split, index, f"captions.{lang}"),
+        lang=lang, n=settings.captions_per_image, style=style) for lang in langs}
+    captions = {lang: [text for _, text in pairs] for lang, pairs in drawn.items()}
+    specs = {lang: [spec for spec, _ in pairs] for lang, pairs in drawn.items()}
+    task1 = task1_spec = None
     if corpus == "m30k":
-        _, task1 = parallel_captions(scene, rng=image_rng(settings.seed, corpus, split, index, "task1"))
-    return WorldImage(image_id(corpus, split, index), scene, captions, task1)
+        task1_spec, task1 = parallel_captions(
+            scene, rng=image_rng(settings.seed, corpus, split, index, "task1"), style=style)
+    return WorldImage(image_id(corpus, split, index), scene, captions, task1, specs, task1_spec)
 
 
 def parallel_pairs(settings: WorldSettings, split: str) -> list[tuple[str, str]]:
@@ -113,11 +127,10 @@ def parallel_pairs(settings: WorldSettings, split: str) -> list[tuple[str, str]]
     pairs = []
     for index in range(settings.parallel.get(split, 0)):
         corpus = CORPORA[index % len(CORPORA)]
-        scene = sample_scene(image_rng(settings.seed, "parallel", split, index, f"scene.{corpus}"),
-                             corpus=corpus, image_size=settings.image_size,
-                             max_groups=settings.max_groups, max_count=settings.max_count,
-                             max_objects=settings.max_objects)
-        _, en, de = parallel_caption(scene, rng=image_rng(settings.seed, "parallel", split, index, "caption"))
+        scene = world_scene(settings, image_rng(settings.seed, "parallel", split, index, f"scene.{corpus}"),
+                            image_rng(settings.seed, "parallel", split, index, f"details.{corpus}"), corpus)
+        _, en, de = parallel_caption(scene, rng=image_rng(settings.seed, "parallel", split, index, "caption"),
+                                     style=settings.caption_style)
         pairs.append((en, de))
     return pairs
 
@@ -193,6 +206,9 @@ def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Pat
         "max_groups": cfg.max_groups,
         "max_count": cfg.max_count,
         "max_objects": cfg.max_objects,
+        "languages": cfg.languages,
+        "unrendered": cfg.unrendered,
+        "visible_detail": cfg.visible_detail,
         "images": {c: dict(s) for c, s in cfg.images.items()},
         "corpus_kinds": {c: kinds_of(c) for c in cfg.images},
         "kind_weights": {c: dict(KIND_WEIGHTS[c]) for c in cfg.images},

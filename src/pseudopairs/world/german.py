@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pseudopairs.world.grammar import (LANGUAGES, BackgroundMention, CaptionSpec, Language, Mention,
-                                       ObjectGroup, check_aligned, coordinate, pick_adjectives, plural_subject,
-                                       sentence)
+                                       ObjectGroup, check_aligned, check_divergent, coordinate, lexicon_noun,
+                                       mention_details, pick_adjectives, plural_subject, sentence)
 
 CASES = ("nom", "acc", "dat")
 GENDERS = ("m", "f", "n")
@@ -89,6 +89,26 @@ PICTURE = ((_de("Bild", "Bilder", "n"), "von"), (_de("Foto", "Fotos", "n"), "von
 
 check_aligned("de", nouns=KIND_NOUNS, colours=COLOURS, sizes=SIZES, textures=TEXTURES,
               backgrounds=BACKGROUNDS)
+
+# The divergent lexicon (grammar.CaptionStyle): "Kugel" is the second variant of both ball and
+# egg (one German word for two English kinds), hypernyms, unrendered details; a material is the
+# first part of a compound (Holzkiste), not an adjective.
+_KUGEL = _de("Kugel", "Kugeln", "f")
+DIVERGENT_NOUNS: dict[str, list[GermanNoun]] = {
+    **KIND_NOUNS, "ball": KIND_NOUNS["ball"] + [_KUGEL], "egg": KIND_NOUNS["egg"] + [_KUGEL]}
+HYPERNYM_NOUNS: dict[str, GermanNoun] = {
+    "toy": _de("Spielzeug", "Spielzeuge", "n"), "building": _de("Gebäude", "Gebäude", "n"),
+    "container": _de("Behälter", "Behälter", "m"), "object": _de("Gegenstand", "Gegenstände", "m")}
+CONDITIONS: dict[str, str] = {"new": "neu", "old": "alt", "broken": "kaputt", "dirty": "schmutzig"}
+MATERIALS: dict[str, str] = {"wooden": "Holz", "plastic": "Plastik", "metal": "Metall", "paper": "Papier"}
+
+check_divergent("de", nouns=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS, conditions=CONDITIONS,
+                materials=MATERIALS)
+
+
+def compound(prefix: str, noun: GermanNoun) -> GermanNoun:
+    """A compound noun: the head's gender and plural (Holz + Kiste → Holzkiste, Holzkisten)."""
+    return GermanNoun(prefix + noun.singular.lower(), prefix + noun.plural.lower(), noun.gender)
 
 # --------------------------------------------------------------------------------------------
 # Noun phrases
@@ -198,15 +218,23 @@ def german_object_phrase(kind: str, *, colour: str | None = None, size: str | No
                               article=article, case=case)
 
 
-def german_mention(mention: Mention, group: ObjectGroup, *, case: str) -> str:
+def german_mention(mention: Mention, group: ObjectGroup, *, case: str, languages: str = "aligned") -> str:
+    """The noun phrase of a mention: size, colour, texture, then the condition (German order of
+    the divergent world: "eine kleine rote alte Holzkiste"); a material makes a compound."""
     if mention.texture and group.texture not in TEXTURES:
         raise ValueError(f"texture {group.texture!r} cannot be mentioned")
-    noun = KIND_NOUNS[group.kind][mention.noun]
+    noun = lexicon_noun(group.kind, mention.noun, languages, kinds=KIND_NOUNS,
+                        divergent=DIVERGENT_NOUNS, hypernyms=HYPERNYM_NOUNS)
+    condition, material = mention_details(mention, group)
+    if material:
+        noun = compound(MATERIALS[material], noun)
     article = {"a": "ein", "number": "number", "some": "einige", "several": "mehrere"}[
         "a" if group.count == 1 else mention.quantity]
     adjs = adjectives(size=group.size if mention.size is not None else None,
                       size_variant=mention.size or 0, colour=group.colour if mention.colour else None,
                       texture=group.texture if mention.texture else None)
+    if condition:
+        adjs.append(CONDITIONS[condition])
     return german_noun_phrase(noun, adjectives=adjs, count=group.count, article=article, case=case)
 
 
@@ -223,7 +251,8 @@ def german_background(bg: BackgroundMention, *, background: str, background_colo
 def realise_german(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], background: str,
                    background_colour: str) -> str:
     def nps(mentions, case):
-        return coordinate([german_mention(m, groups[m.group], case=case) for m in mentions], "und")
+        return coordinate([german_mention(m, groups[m.group], case=case, languages=spec.languages)
+                           for m in mentions], "und")
 
     bg = (" " + german_background(spec.background, background=background,
                                   background_colour=background_colour)
@@ -235,6 +264,9 @@ def realise_german(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], backgrou
     elif t == "exist":
         opener = ("Es gibt", "Man sieht")[f]
         text = f"{opener} {nps(spec.mentions, 'acc')}{bg}"
+    elif t == "verb" and spec.languages == "divergent":  # background first, verb second
+        verb = ("sind" if plural else "ist", "liegen" if plural else "liegt", "sind" if plural else "ist")[f]
+        text = f"{bg} {verb} {nps(spec.mentions, 'nom')}{' zu sehen' if f == 2 else ''}"
     elif t == "verb":
         subject = nps(spec.mentions, "nom")
         if f == 0:
@@ -260,7 +292,8 @@ def realise_german(spec: CaptionSpec, *, groups: Sequence[ObjectGroup], backgrou
 
 
 def kind_words(kind: str) -> set[str]:
-    return {form for noun in KIND_NOUNS[kind]
+    """Forms of the kind's own nouns (aligned and divergent lexicon; not hypernyms or compounds)."""
+    return {form for noun in KIND_NOUNS[kind] + DIVERGENT_NOUNS[kind]
             for form in (noun.singular, noun.plural, noun.form(plural=True, case="dat"))}
 
 

@@ -12,6 +12,15 @@ A caption is produced in two steps:
    of a background phrase means the same in every language — so one spec realised in several
    languages gives a sentence and its exact translations (the task1-like parallel set), while
    specs drawn independently give comparable captions (the task2-like set).
+
+How far the languages and the images agree is a choice of :class:`CaptionStyle` (the world's
+``languages``, ``unrendered`` and ``visible_detail`` settings). ``aligned`` is the world above;
+``divergent`` realises a spec with lexicons that are not one-to-one — hypernyms a spec may choose
+instead of the kind (``toy``/``Spielzeug``), one German noun for two kinds (``Kugel``: a ball or an
+egg), German compounds for materials (``Holzkiste``) — and language-specific word order (German
+fronts the background and puts the condition after the colour). Unrendered details — each
+object's condition and material, never drawn — are scene facts that comparable captions of both
+languages mention, so only caption–caption pairs (c2c) can align their words.
 """
 
 from __future__ import annotations
@@ -36,6 +45,45 @@ COLOUR_NAMES = ("red", "blue", "green", "yellow", "purple", "orange", "white", "
 SIZE_VARIANTS: dict[str, int] = {"large": 3, "small": 3}
 # Textures; "plain" objects are never described by texture.
 TEXTURE_MENTIONABLE: dict[str, bool] = {"plain": False, "striped": True, "dotted": True, "checkered": True}
+# Unrendered details of an object (scene facts the image does not show).
+CONDITIONS = ("new", "old", "broken", "dirty")
+MATERIALS = ("wooden", "plastic", "metal", "paper")
+
+# How the languages relate: "aligned" (one lexicon, variant for variant) or "divergent".
+LANGUAGE_RELATIONS = ("aligned", "divergent")
+# The divergent lexicon: specific noun variants per kind (ball and egg have a second one, which
+# German realises with one word for both), then the hypernyms that cover the kind.
+DIVERGENT_NOUN_VARIANTS: dict[str, int] = {**NOUN_VARIANTS, "ball": 2, "egg": 2}
+HYPERNYMS: dict[str, tuple[str, ...]] = {
+    "toy": ("ball", "kite", "ring", "star"),
+    "building": ("tower", "house", "tent"),
+    "container": ("box", "bottle"),
+    "object": tuple(NOUN_VARIANTS),
+}
+
+
+def noun_senses(kind: str, languages: str) -> list[tuple[str, object]]:
+    """What a spec's noun index may name for ``kind``: ``("kind", variant)`` entries, then (in the
+    divergent lexicon) ``("hypernym", name)`` entries, in a fixed order."""
+    if languages == "aligned":
+        return [("kind", i) for i in range(NOUN_VARIANTS[kind])]
+    if languages != "divergent":
+        raise ValueError(f"unknown language relation {languages!r}; expected one of {LANGUAGE_RELATIONS}")
+    return ([("kind", i) for i in range(DIVERGENT_NOUN_VARIANTS[kind])]
+            + [("hypernym", h) for h, kinds in HYPERNYMS.items() if kind in kinds])
+
+
+def lexicon_noun(kind: str, variant: int, languages: str, *, kinds: dict, divergent: dict,
+                 hypernyms: dict):
+    """One language's noun for a spec's (kind, noun index) — ``kinds``: its aligned lexicon,
+    ``divergent``: its divergent kind lexicon, ``hypernyms``: its hypernym nouns."""
+    senses = noun_senses(kind, languages)
+    if not 0 <= variant < len(senses):
+        raise ValueError(f"noun variant {variant} of {kind!r} out of range for {languages!r} ({len(senses)})")
+    what, which = senses[variant]
+    if what == "hypernym":
+        return hypernyms[which]
+    return (kinds if languages == "aligned" else divergent)[kind][which]
 
 
 @dataclass(frozen=True)
@@ -73,6 +121,8 @@ class ObjectGroup:
     size: str  # "large" | "small"
     texture: str  # "plain" | "striped" | "dotted" | "checkered"
     count: int
+    condition: str | None = None  # unrendered: CONDITIONS, or None (the aligned world has none)
+    material: str | None = None  # unrendered: MATERIALS, or None
 
 
 @dataclass(frozen=True)
@@ -85,6 +135,8 @@ class Mention:
     size: int | None  # size variant (SIZE_VARIANTS[size]); None = size not mentioned
     colour: bool
     texture: bool
+    condition: bool = False  # the group's (unrendered) condition is mentioned
+    material: bool = False  # the group's (unrendered) material is mentioned
 
 
 @dataclass(frozen=True)
@@ -100,6 +152,7 @@ class CaptionSpec:
     frame: int  # template-specific wording (opener / verb), index < TEMPLATES[template]
     mentions: tuple[Mention, ...]
     background: BackgroundMention | None
+    languages: str = "aligned"  # LANGUAGE_RELATIONS: the lexicon the noun indices refer to
 
 
 # Template → number of wording frames. Frames per template (English / German):
@@ -126,6 +179,25 @@ P_NUMBER = 0.8  # plural groups: exact number, otherwise some/several
 P_BACKGROUND = 0.8
 P_BACKGROUND_DEFINITE = 0.4
 P_BACKGROUND_ADJECTIVE = 0.4
+P_HYPERNYM = 0.3  # divergent lexicon: a mention names a hypernym instead of the kind
+
+
+@dataclass(frozen=True)
+class CaptionStyle:
+    """What a caption spec may say: ``languages`` (LANGUAGE_RELATIONS), ``unrendered`` (the
+    probability that a mention names each unrendered detail of its group that the scene has),
+    ``visible_detail`` (scales the probabilities of mentioning colour, size and texture). The
+    default is the aligned world, whose specs draw exactly as before these choices existed."""
+
+    languages: str = "aligned"
+    unrendered: float = 0.0
+    visible_detail: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.languages not in LANGUAGE_RELATIONS:
+            raise ValueError(f"unknown language relation {self.languages!r}; expected one of {LANGUAGE_RELATIONS}")
+        if not 0.0 <= self.unrendered <= 1.0 or not 0.0 <= self.visible_detail <= 1.0:
+            raise ValueError(f"caption style out of range: {self}")
 
 
 def _mention_count_weights(n_groups: int) -> list[float]:
@@ -149,8 +221,9 @@ def weighted_index(rng: np.random.Generator, weights: Sequence[float]) -> int:
 
 
 def sample_caption_spec(rng: np.random.Generator, *, groups: Sequence[ObjectGroup],
-                        background: str) -> CaptionSpec:
-    """Draw one language-independent caption spec for a scene (1–3 of its groups mentioned)."""
+                        background: str, style: CaptionStyle = CaptionStyle()) -> CaptionSpec:
+    """Draw one language-independent caption spec for a scene (1–3 of its groups mentioned, in a
+    random order, each with its own attributes)."""
     if not groups:
         raise ValueError("a scene needs at least one object group to be described")
     if background not in BACKGROUND_SENSES:
@@ -166,11 +239,24 @@ def sample_caption_spec(rng: np.random.Generator, *, groups: Sequence[ObjectGrou
             quantity = "number"
         else:
             quantity = "some" if rng.random() < 0.5 else "several"
-        noun = int(rng.integers(NOUN_VARIANTS[group.kind]))
-        size = int(rng.integers(SIZE_VARIANTS[group.size])) if rng.random() < P_SIZE else None
-        colour = bool(rng.random() < P_COLOUR)
-        texture = bool(TEXTURE_MENTIONABLE[group.texture] and rng.random() < P_TEXTURE)
-        mentions.append(Mention(int(g), quantity, noun, size, colour, texture))
+        if style.languages == "aligned":
+            noun = int(rng.integers(NOUN_VARIANTS[group.kind]))
+        else:
+            senses = noun_senses(group.kind, style.languages)
+            n_kind = DIVERGENT_NOUN_VARIANTS[group.kind]
+            if rng.random() < P_HYPERNYM:
+                noun = n_kind + int(rng.integers(len(senses) - n_kind))
+            else:
+                noun = int(rng.integers(n_kind))
+        v = style.visible_detail
+        size = int(rng.integers(SIZE_VARIANTS[group.size])) if rng.random() < P_SIZE * v else None
+        colour = bool(rng.random() < P_COLOUR * v)
+        texture = bool(TEXTURE_MENTIONABLE[group.texture] and rng.random() < P_TEXTURE * v)
+        details = {}
+        if style.unrendered > 0:
+            details = {"condition": group.condition is not None and bool(rng.random() < style.unrendered),
+                       "material": group.material is not None and bool(rng.random() < style.unrendered)}
+        mentions.append(Mention(int(g), quantity, noun, size, colour, texture, **details))
 
     names = [t for t in TEMPLATES if t != "next_to" or n_mentions >= 2]
     template = names[weighted_index(rng, [TEMPLATE_WEIGHTS[t] for t in names])]
@@ -199,7 +285,7 @@ def sample_caption_spec(rng: np.random.Generator, *, groups: Sequence[ObjectGrou
         if bg is not None and senses[bg.phrase].against and 0 in frames:
             frames.remove(0)
     frame = frames[int(rng.integers(len(frames)))]
-    return CaptionSpec(template, frame, tuple(mentions), bg)
+    return CaptionSpec(template, frame, tuple(mentions), bg, style.languages)
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,6 +324,32 @@ def check_aligned(lang: str, *, nouns: dict, colours: dict, sizes: dict, texture
         problems.append("background phrases")
     if problems:
         raise RuntimeError(f"world language {lang!r}: lexicon not aligned ({', '.join(problems)})")
+
+
+def check_divergent(lang: str, *, nouns: dict, hypernyms: dict, conditions: dict,
+                    materials: dict) -> None:
+    """A language's divergent lexicon must cover the divergent noun variants, the hypernyms and
+    the unrendered details."""
+    problems = []
+    if {k: len(v) for k, v in nouns.items()} != DIVERGENT_NOUN_VARIANTS:
+        problems.append("divergent noun variants per kind")
+    if set(hypernyms) != set(HYPERNYMS):
+        problems.append("hypernyms")
+    if set(conditions) != set(CONDITIONS):
+        problems.append("conditions")
+    if set(materials) != set(MATERIALS):
+        problems.append("materials")
+    if problems:
+        raise RuntimeError(f"world language {lang!r}: divergent lexicon incomplete ({', '.join(problems)})")
+
+
+def mention_details(mention: Mention, group: ObjectGroup) -> tuple[str | None, str | None]:
+    """(condition, material) a mention names: the group's, or None where not mentioned."""
+    for name in ("condition", "material"):
+        if getattr(mention, name) and getattr(group, name) is None:
+            raise ValueError(f"mention names the {name} of a {group.kind!r} group that has none")
+    return (group.condition if mention.condition else None,
+            group.material if mention.material else None)
 
 
 def pick_adjectives(*, sizes: dict, colours: dict, textures: dict, size: str | None, size_variant: int,
@@ -279,6 +391,8 @@ def realise(spec: CaptionSpec, *, lang: str, groups: Sequence[ObjectGroup], back
         raise ValueError("template 'next_to' needs at least two mentions")
     if lang not in LANGUAGES:
         raise ValueError(f"unknown language {lang!r}; expected one of {tuple(LANGUAGES.names())}")
+    if spec.languages not in LANGUAGE_RELATIONS:
+        raise ValueError(f"unknown language relation {spec.languages!r}; expected one of {LANGUAGE_RELATIONS}")
     return LANGUAGES.get(lang).realise(spec, groups=groups, background=background,
                                        background_colour=background_colour)
 

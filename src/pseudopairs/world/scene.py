@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from pseudopairs.world.content import (BACKGROUNDS, COUNT_PROBS, GROUP_COUNT_PROBS, KIND_WEIGHTS,
                                        KINDS, P_LARGE, RGB, SIZE_FRACTION, kinds_of)
-from pseudopairs.world.grammar import ObjectGroup, weighted_index
+from pseudopairs.world.grammar import CONDITIONS, MATERIALS, ObjectGroup, weighted_index
 
 
 
@@ -36,7 +36,9 @@ class Scene:
     def to_json(self) -> dict:
         objects = []
         for g, group in enumerate(self.groups):
-            record = asdict(group)
+            # unrendered details only where the world has them (the aligned world's manifest
+            # stays as it was)
+            record = {k: v for k, v in asdict(group).items() if v is not None}
             mine = [inst for inst in self.instances if inst.group == g]
             record["boxes"] = [list(inst.box) for inst in mine]
             record["rgbs"] = [list(inst.rgb) for inst in mine]
@@ -133,3 +135,13 @@ def sample_scene(rng: np.random.Generator, *, corpus: str, image_size: int, max_
     texture_seed = int(rng.integers(2**31 - 1))
     return Scene(background, background_colour, background_rgb, tuple(groups), tuple(instances),
                  texture_seed)
+
+
+def with_unrendered_details(scene: Scene, rng: np.random.Generator) -> Scene:
+    """The scene with a condition and a material for each group, drawn from ``rng`` (its own
+    stream, so the scene, its rendering and the feature pretraining's scenes are unchanged):
+    facts the captions may state and the image does not show."""
+    groups = tuple(replace(g, condition=CONDITIONS[int(rng.integers(len(CONDITIONS)))],
+                           material=MATERIALS[int(rng.integers(len(MATERIALS)))])
+                   for g in scene.groups)
+    return replace(scene, groups=groups)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from pseudopairs.settings import Settings, setting
+from pseudopairs.world.grammar import LANGUAGE_RELATIONS, CaptionStyle
 
 SPLITS = ("train", "val", "test")
 CORPORA = ("m30k", "coco")
@@ -73,6 +74,22 @@ class WorldSettings(SceneSettings):
     captions_per_image: int = setting(5, kind=int, low=1, high=10, doc="per image and language")
     parallel: dict = setting({}, kind=dict, doc="split (train, val) -> sentence pairs of the MT model's text",
                              shape=_counts_shape(PARALLEL_SPLITS, high=PARALLEL_COUNTS_HIGH, exact=False))
+    languages: str = setting("aligned", kind=str, choices=LANGUAGE_RELATIONS,
+                             doc="aligned: every language realises a spec with one lexicon, variant for "
+                                 "variant; divergent: lexicons that are not one-to-one (hypernyms, German "
+                                 "Kugel for ball and egg, German material compounds) and language-specific "
+                                 "word order")
+    unrendered: float = setting(0.0, kind=float, low=0.0, high=1.0,
+                                doc="probability that a caption names each unrendered detail (condition, "
+                                    "material) of an object it mentions; above 0 every object has them, "
+                                    "and the image does not show them")
+    visible_detail: float = setting(1.0, kind=float, low=0.0, high=1.0,
+                                    doc="scales the probabilities that a caption names an object's colour "
+                                        "(0.75), size (0.4) and texture (0.3)")
+
+    @property
+    def caption_style(self) -> CaptionStyle:
+        return CaptionStyle(self.languages, self.unrendered, self.visible_detail)
 
     def check(self) -> None:
         super().check()
