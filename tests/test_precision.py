@@ -204,3 +204,40 @@ def test_the_world_writes_what_each_caption_says_and_it_holds_of_its_own_scene(t
         for c in ("m30k", "m30k_task1", "coco") for s in ("train", "val", "test"))
     # a German caption and the English one of the same parallel (task1) spec say the same
     assert meanings["m30k_task1"]["m30k_train_000000", "de", 0] == meanings["m30k_task1"]["m30k_train_000000", "en", 0]
+
+
+# ------------------------------------------------------------------ tables.md and the report
+
+
+def _stats_rows():
+    rows = []
+    for seed, (overall, colour) in (("1", (0.5, 0.75)), ("2", (0.7, math.nan))):
+        for statistic, value in (("used_share", 0.4), ("precision", overall), ("precision_kind", 0.9),
+                                 ("precision_colour", colour)):
+            rows.append({"statistic": statistic, "pseudopairs": "de_coco", "criterion": "cosine",
+                         "source": "de_coco", "compared_with": "", "seeds": seed, "value": value,
+                         "paper": math.nan})
+    return pd.DataFrame(rows)
+
+
+def test_tables_md_has_a_precision_table_in_the_demo_and_says_why_not_otherwise():
+    from pseudopairs.report import tables
+
+    text = tables.markdown_pseudopair_stats(_stats_rows())
+    assert "| pseudopair set | criterion | all details % | kind % | colour % |" in text
+    # mean ± sample sd over seeds in percent; colour judged at seed 1 only
+    assert f"| de_coco | cosine | 60.0 ± {100 * math.sqrt(0.02):.1f} | 90.0 ± 0.0 | 75.0 |" in text
+    plain = tables.markdown_pseudopair_stats(_stats_rows().query("statistic == 'used_share'"))
+    assert "precision of the pseudopairs" not in plain and tables.NO_PRECISION_NOTE in plain
+
+
+def test_the_report_shows_the_precision_table_in_the_demo_and_says_why_not_otherwise():
+    from pseudopairs.report import html as pages_html
+    from pseudopairs.report import tables
+
+    section = pages_html.pseudopair_stats_section(_stats_rows(), "§7.2")
+    assert section.count("<table") == 2 and "precision of the pseudopairs (demo world)</h3>" in section
+    precision = section[section.index("precision of the pseudopairs"):]
+    assert ">precision kind<" in precision and ">90.0<" in precision and ">75.0<" in precision
+    plain = pages_html.pseudopair_stats_section(_stats_rows().query("statistic == 'used_share'"), "§7.2")
+    assert plain.count("<table") == 1 and tables.NO_PRECISION_NOTE.split(" — ")[0] in plain
