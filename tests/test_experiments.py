@@ -115,8 +115,17 @@ def test_statistics_and_figure_specs():
     # the reverse direction and the rounds' sets are described like the others
     assert stats["sets"]["de_coco.reverse"]["queries"] == "m30k.de"
     assert stats["sets"]["de_coco.round2"]["source"] == "de_coco_round1"
-    # 14 sets (2 sources x 7 criteria) + the reverse set + 2 chains x 3 rounds; x seeds x (pairs, stats)
-    assert len(report_contract.pseudopair_stats_inputs(config)) == (14 + 1 + 6) * 3 * 2
+    # 14 sets (2 sources x 7 criteria) + the reverse set + 2 chains x 3 rounds; x seeds x (pairs, stats);
+    # + the demo world's caption meanings and scenes (pseudopair precision)
+    assert len(report_contract.pseudopair_stats_inputs(config)) == (14 + 1 + 6) * 3 * 2 + 2
+    assert stats["meanings"]["captions"] == "results/world/caption_meanings.parquet"
+    assert stats["meanings"]["scenes"] == "results/world/manifest.json"
+    assert stats["meanings"]["database_corpus"]["de_coco.reverse"] == "coco"
+    assert stats["meanings"]["database_corpus"]["de_coco.round2"] == "m30k"
+    # the real data know nothing of what a caption means: no precision, no meaning inputs
+    paper = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "paper.yaml"))
+    assert report_contract.pseudopair_stats_spec(paper)["meanings"] == {}
+    assert not [p for p in report_contract.pseudopair_stats_inputs(paper) if "world" in p]
     assert stats["files"]["de_coco"]["2"] == {"pairs": "results/pseudopairs/de_coco/seed2/pairs.parquet",
                                               "stats": "results/pseudopairs/de_coco/seed2/stats.json"}
     figure = report_contract.pseudopair_figure_spec(config)

@@ -437,8 +437,9 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     shot = tmp_path / "all_results.png"
     view = browser.view_report(report, "All results", subcategory=PAGES, screenshot=shot)
     # 7 tables, 7 of paper 004, 1 of paper 002 and 2 of rounds, the method check, the §7.2 sets
-    # and their comparison
-    assert view.frame_tables == 17 + 1 + 2, view.frame_text[:3000]
+    # and their comparison, and the demo world's pseudopair precision
+    assert view.frame_tables == 17 + 1 + 2 + 1, view.frame_text[:3000]
+    assert "precision of the pseudopairs (demo world)" in view.frame_text
     # an effect chart per table with two rows of models (Tables 4 and 7, both chains' rounds), the
     # training curves, Figure 1, 004's Figure 3 as bars
     assert view.frame_images == 4 + 3

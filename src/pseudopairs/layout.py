@@ -140,6 +140,16 @@ def rounds_figure(chain: str) -> str:
     return f"{RESULTS}/figures/rounds_{chain}.png"
 
 
+def world_manifest() -> str:
+    """The demo world's scenes (and its settings): written last by rule world."""
+    return f"{RESULTS}/world/manifest.json"
+
+
+def world_caption_meanings() -> str:
+    """What each caption of the demo world says about its scene (:mod:`pseudopairs.world.meaning`)."""
+    return f"{RESULTS}/world/caption_meanings.parquet"
+
+
 def world_parallel_text(split: str, lang: str) -> str:
     """The demo world's parallel text (one raw sentence per line) for the demo MT model."""
     return f"{RESULTS}/world/parallel/{split}.{lang}"

@@ -10,7 +10,8 @@ if WORLD:
         output:
             captions=[layout.raw_captions(c, s) for c in WORLD_CORPORA for s in SPLITS],
             images=[layout.images(c, s) for c, has in WORLD_CORPORA.items() if has for s in SPLITS],
-            manifest=f"{layout.RESULTS}/world/manifest.json",
+            manifest=layout.world_manifest(),
+            meanings=layout.world_caption_meanings(),
             pngs=directory(f"{layout.RESULTS}/world/images"),
         log:
             layout.log("world", "world"),

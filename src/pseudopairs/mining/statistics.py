@@ -253,10 +253,24 @@ def _reduced_agreement(a: _SetReduction, b: _SetReduction) -> float:
     return _reduced_jaccard(kept_a, kept_b)
 
 
+def _judge(spec: dict):
+    """The precision judge of a spec with ``meanings`` (the demo world), else None."""
+    if not spec.get("meanings"):
+        return None
+    from pseudopairs.mining.precision import Judge
+
+    return Judge(spec["meanings"])
+
+
 def pseudopair_statistics(spec: dict, *, load=None):
     """The long table of results/pseudopair_stats.csv (:data:`STATS_COLUMNS`): every set's
     :data:`PER_RUN` statistics per seed, :data:`ACROSS_SEEDS` per pair of seeds, and
     :data:`BETWEEN_SETS` for each configured comparison per seed; the paper's figure beside.
+
+    With ``spec["meanings"]`` (the demo world: its caption meanings, scenes and each set's
+    database corpus) every set's :data:`~pseudopairs.mining.precision.PRECISION_STATISTICS`
+    follow its per-run statistics (:mod:`pseudopairs.mining.precision`); without (real data)
+    they are absent.
 
     ``load(name, seed)`` → ``(pairs frame, mining stats dict)``; each set and seed is loaded
     once, and one at a time: its frame is reduced to the per-run statistics and a
@@ -271,11 +285,17 @@ def pseudopair_statistics(spec: dict, *, load=None):
     import pandas as pd
 
     from pseudopairs.io import read_pairs
+    from pseudopairs.mining.precision import PRECISION_PAIR_COLUMNS, PRECISION_STATISTICS
+
+    judge = _judge(spec)
+    columns = (STATS_PAIR_COLUMNS if judge is None else
+               list(dict.fromkeys(STATS_PAIR_COLUMNS + PRECISION_PAIR_COLUMNS)))
+    per_run_statistics = PER_RUN if judge is None else PER_RUN + PRECISION_STATISTICS
 
     def default_load(name, seed):
         files = spec["files"][name][str(seed)]
         stats = json.loads(Path(files["stats"]).read_text(encoding="utf-8"))
-        return read_pairs(files["pairs"], columns=STATS_PAIR_COLUMNS), stats
+        return read_pairs(files["pairs"], columns=columns), stats
 
     load = load or default_load
     codes = _ImageCodes()
@@ -290,6 +310,8 @@ def pseudopair_statistics(spec: dict, *, load=None):
         per_run[name, seed] = run_statistics(
             pairs, n_database=stats["n_database"],
             database_unique_texts=stats["n_database_unique_texts"], top=spec["top"])
+        if judge is not None:
+            per_run[name, seed].update(judge(name, pairs))
         reduced[name, seed] = _SetReduction(pairs, codes)
         del pairs, stats
         gc.collect()   # a frame's column caches can form cycles: free it before the next load
@@ -304,7 +326,7 @@ def pseudopair_statistics(spec: dict, *, load=None):
         for seed in seeds:
             reduce(name, seed)
             values = per_run.pop((name, seed))
-            for statistic in PER_RUN:
+            for statistic in per_run_statistics:
                 records.append({**base, "statistic": statistic, "seeds": str(seed),
                                 "value": values[statistic], "paper": paper.get(statistic, math.nan)})
         for s1, s2 in itertools.combinations(seeds, 2):
@@ -352,6 +374,7 @@ def pseudopair_statistics_reference(spec: dict, *, load=None):
         return read_pairs(files["pairs"]), json.loads(Path(files["stats"]).read_text(encoding="utf-8"))
 
     load = load or default_load
+    judge = _judge(spec)
     cache: dict = {}
 
     def get(name, seed):
@@ -367,7 +390,10 @@ def pseudopair_statistics_reference(spec: dict, *, load=None):
             pairs, stats = get(name, seed)
             values = run_statistics(pairs, n_database=stats["n_database"],
                                     database_unique_texts=stats["n_database_unique_texts"], top=spec["top"])
-            records += [{**base, "statistic": k, "seeds": str(seed), "value": values[k]} for k in PER_RUN]
+            if judge is not None:
+                values.update(judge(name, pairs))
+            records += [{**base, "statistic": k, "seeds": str(seed), "value": v}
+                        for k, v in ({k: values[k] for k in PER_RUN} | values).items()]
         for s1, s2 in itertools.combinations(spec["seeds"], 2):
             (p1, _), (p2, _) = get(name, s1), get(name, s2)
             records += [{**base, "statistic": "jaccard_seeds", "seeds": f"{s1},{s2}",

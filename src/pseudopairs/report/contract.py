@@ -17,8 +17,16 @@ from pseudopairs.mining.contract import criterion, pseudopair_set, pseudopair_se
 
 def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
     """What the §7.2 statistics step reads: every pseudopair set (its source, criterion and the
-    paper's figures), the seeds, the top-N of "the top 150 captions" and the set comparisons."""
+    paper's figures), the seeds, the top-N of "the top 150 captions", the set comparisons and, in
+    the demo world, its caption meanings and scenes (``meanings``; empty for real data)."""
     stats = config.get("pseudopair_stats", {})
+    meanings = {}
+    if config.get("data", {}).get("source") == "world":
+        # the demo world knows what each caption says: the precision of every set
+        # (pseudopairs.mining.precision); the real data do not
+        meanings = {"captions": layout.world_caption_meanings(), "scenes": layout.world_manifest(),
+                    "database_corpus": {name: dataset(config, pp["database"])["corpus"]
+                                        for name, pp in config.get("pseudopairs", {}).items()}}
     return {
         "sets": {name: {"source": pp["source"], "criterion": criterion(config, name),
                         "queries": pp["queries"], "database": pp["database"],
@@ -32,12 +40,15 @@ def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
                                      "stats": layout.pseudopair_mining_stats(name, seed)}
                          for seed in config["seeds"]}
                   for name in pseudopair_sets(config)},
+        "meanings": meanings,
     }
 
 
 def pseudopair_stats_inputs(config: dict) -> list[str]:
-    files = pseudopair_stats_spec(config)["files"]
-    return [path for by_seed in files.values() for pair in by_seed.values() for path in pair.values()]
+    spec = pseudopair_stats_spec(config)
+    meanings = [spec["meanings"][k] for k in ("captions", "scenes")] if spec["meanings"] else []
+    return [path for by_seed in spec["files"].values() for pair in by_seed.values()
+            for path in pair.values()] + meanings
 
 
 def pseudopair_figure_spec(config: dict) -> dict[str, Any]:

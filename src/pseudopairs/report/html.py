@@ -32,7 +32,10 @@ from pseudopairs.report.tables import _PERCENT as PERCENT_STATISTICS
 from pseudopairs.report.tables import (
     HEADINGS,
     MEAN_RECALL,
+    NO_PRECISION_NOTE,
+    PRECISION_NOTE,
     STATS_HEADINGS,
+    precision_table,
     summarise,
     table_metrics,
 )
@@ -426,6 +429,10 @@ def pseudopair_stats_section(frame: pd.DataFrame, title: str) -> str:
     body += html_table(sets, set_columns)
     if not pairs.empty:
         body += "<h3>Sets compared (same seed)</h3>" + html_table(pairs, pair_columns)
+    precision = precision_table(frame)   # beyond the paper, the demo world only
+    body += (f'<p class="note">{html.escape(NO_PRECISION_NOTE)}</p>' if precision.empty else
+             "<h3>Beyond the paper: precision of the pseudopairs (demo world)</h3>"
+             f'<p class="note">{html.escape(PRECISION_NOTE)}</p>' + html_table(precision))
     return _section(title, body)
 
 

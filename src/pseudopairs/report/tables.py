@@ -271,6 +271,65 @@ STATS_HEADINGS = {"used_share": "captions used %", "used_share_text": "caption t
 _PERCENT = {"used_share", "used_share_text", "used_share_unique", "top_share", "top_share_text"}
 
 
+# Pseudopair precision (demo world; pseudopairs.mining.precision): statistic "precision" and one
+# "precision_{attribute}" per attribute a caption can mention
+PRECISION = "precision"
+PRECISION_NOTE = ("Beyond the paper, demo world only: the share of mined captions that truly describe "
+                  "the query image's scene — every detail the caption says holds in the scene (all "
+                  "details), and per attribute the share of the captions saying it in which it holds "
+                  "(colour, size, texture, count: judged where the object's kind is in the scene; "
+                  "background colour: where the background is). Mean ± sd over seeds, in percent.")
+NO_PRECISION_NOTE = ("Pseudopair precision: not computed — only the demo world knows what each caption "
+                     "means (the real data have no caption meanings).")
+
+
+def precision_statistics(frame: pd.DataFrame) -> list[str]:
+    """The precision statistics of a pseudopair_stats table, in their order (none for real data)."""
+    return [s for s in dict.fromkeys(frame["statistic"].astype(str))
+            if s == PRECISION or s.startswith(PRECISION + "_")]
+
+
+def precision_heading(statistic: str) -> str:
+    """``precision`` → "all details %", ``precision_background_colour`` → "background colour %"."""
+    name = statistic[len(PRECISION) + 1:].replace("_", " ") if statistic != PRECISION else "all details"
+    return f"{name} %"
+
+
+def precision_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The precision statistics as a wide table in percent: one row per pseudopair set (``row``,
+    ``criterion``, ``{statistic}_mean`` and ``_std`` over seeds); empty for real data."""
+    statistics = precision_statistics(frame)
+    own = frame[(frame["compared_with"].isna() | (frame["compared_with"] == ""))
+                & frame["statistic"].isin(statistics)]
+    records = []
+    for name, group in own.groupby("pseudopairs", sort=False):
+        record = {"row": name, "criterion": str(group["criterion"].iloc[0])}
+        for statistic in statistics:
+            values = [100.0 * float(v) for v in group[group["statistic"] == statistic]["value"] if not pd.isna(v)]
+            _put(record, statistic, values)
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def markdown_precision(frame: pd.DataFrame) -> str:
+    """:func:`precision_table` as Markdown (mean ± sd over seeds, percent), or one line saying
+    precision is not computed."""
+    table = precision_table(frame)
+    if table.empty:
+        return NO_PRECISION_NOTE + "\n"
+    statistics = precision_statistics(frame)
+    header = ["pseudopair set", "criterion", *(precision_heading(s) for s in statistics)]
+    lines = ["## Beyond the paper: precision of the pseudopairs (demo world)", "", PRECISION_NOTE, "",
+             "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for record in table.to_dict("records"):
+        cells = []
+        for statistic in statistics:
+            m, sd = record[f"{statistic}_mean"], record[f"{statistic}_std"]
+            cells.append("–" if math.isnan(m) else f"{m:.1f}" + ("" if math.isnan(sd) else f" ± {sd:.1f}"))
+        lines.append("| " + " | ".join([record["row"], record["criterion"], *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
     """§7.2 statistics (results/pseudopair_stats.csv) as Markdown: one row per pseudopair set,
     mean ± sd over seeds (or seed pairs), the paper's figure in [brackets]; then the comparisons
@@ -310,7 +369,7 @@ def markdown_pseudopair_stats(frame: pd.DataFrame) -> str:
                 rows = group[group["statistic"] == statistic]
                 cells.append(cell(rows["value"], rows["paper"].iloc[0], statistic))
             lines.append(f"| {a} vs {b} | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + markdown_precision(frame)
 
 
 def register_cli(subparsers) -> None:

@@ -21,6 +21,7 @@ from pseudopairs.io import (IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, atomic_path, wri
                             write_text_atomic)
 from pseudopairs.world.content import BACKGROUNDS, KIND_WEIGHTS, kinds_of
 from pseudopairs.world.grammar import CaptionSpec, CaptionStyle, realise, sample_caption_spec
+from pseudopairs.world.meaning import MEANING_COLUMNS, caption_meaning
 from pseudopairs.world.render import render_scene
 from pseudopairs.world.scene import Scene, image_rng, sample_scene, with_unrendered_details
 from pseudopairs.world.settings import CORPORA, SPLITS, WorldSettings
@@ -118,6 +119,21 @@ def generate_image(settings: WorldSettings, corpus: str, split: str, index: int)
     return WorldImage(image_id(corpus, split, index), scene, captions, task1, specs, task1_spec)
 
 
+def meaning_rows(item: WorldImage, corpus: str, split: str) -> list[tuple]:
+    """Rows (:data:`~pseudopairs.world.meaning.MEANING_COLUMNS`) of what each caption of one
+    image says about its scene: its comparable captions, and the parallel ones of m30k_task1."""
+    scene = item.scene
+    kw = dict(groups=scene.groups, background=scene.background,
+              background_colour=scene.background_colour)
+    captions = [(corpus, lang, k, spec) for lang in LANG_ORDER
+                for k, spec in enumerate(item.specs.get(lang, []))]
+    if item.task1_spec is not None:
+        captions += [(TASK1, lang, 0, item.task1_spec) for lang in TASK1_LANGS]
+    return [(name, split, item.image_id, lang, k, mention, attribute, value)
+            for name, lang, k, spec in captions
+            for mention, attribute, value in caption_meaning(spec, **kw)]
+
+
 def parallel_pairs(settings: WorldSettings, split: str) -> list[tuple[str, str]]:
     """``settings.parallel[split]`` raw (English, German) sentence pairs for training the demo's
     machine translation model: one parallel caption of a freshly drawn scene each, scenes drawn
@@ -145,6 +161,15 @@ def _caption_frame(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
+def meaning_frame(rows: list[tuple]) -> pd.DataFrame:
+    """The caption-meaning table: text columns as categories (a few distinct values each), so the
+    file stays small."""
+    frame = pd.DataFrame(rows, columns=MEANING_COLUMNS)
+    for column in ("corpus", "split", "lang", "attribute", "value"):
+        frame[column] = frame[column].astype("category")
+    return frame.astype({"caption_idx": "int16", "mention": "int8"})
+
+
 def write_png_atomic(path: Path, img: Image.Image) -> None:
     with atomic_path(path) as tmp:
         img.save(tmp, format="PNG")
@@ -152,14 +177,16 @@ def write_png_atomic(path: Path, img: Image.Image) -> None:
 
 def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Path) -> dict:
     """Generate the whole world under ``out_root`` (see the module docstring):
-    PNGs, image lists, raw caption tables (m30k, m30k_task1, coco) and ``world/manifest.json``
-    (written last). Returns a summary (counts, seconds, bytes)."""
+    PNGs, image lists, raw caption tables (m30k, m30k_task1, coco), what each caption says
+    (``world/caption_meanings.parquet``, :mod:`pseudopairs.world.meaning`) and
+    ``world/manifest.json`` (written last). Returns a summary (counts, seconds, bytes)."""
     cfg = settings if isinstance(settings, WorldSettings) else WorldSettings.from_dict(settings)
     out_root = Path(out_root)
     start = time.perf_counter()
     png_bytes = 0
     scenes: dict[str, dict[str, list[dict]]] = {}
     summary: dict[str, Any] = {"images": {}, "captions": {}}
+    meanings: list[tuple] = []
     for corpus in CORPORA:
         if corpus not in cfg.images:
             continue
@@ -184,6 +211,7 @@ def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Pat
                     for lang in TASK1_LANGS:
                         task1_rows.append((TASK1, split, item.image_id, lang, 0, item.task1[lang]))
                 records.append({"image_id": item.image_id, "path": str(path), **item.scene.to_json()})
+                meanings += meaning_rows(item, corpus, split)
             write_parquet_atomic(out_root / "images" / corpus / f"{split}.parquet",
                                  pd.DataFrame(image_rows, columns=IMAGE_COLUMNS))
             write_parquet_atomic(out_root / "captions" / "raw" / corpus / f"{split}.parquet",
@@ -215,6 +243,7 @@ def build_world(settings: Mapping[str, Any] | WorldSettings, out_root: str | Pat
         "background_weights": {c: {b: v.weights[c] for b, v in BACKGROUNDS.items()} for c in cfg.images},
         "scenes": scenes,
     }
+    write_parquet_atomic(out_root / "world" / "caption_meanings.parquet", meaning_frame(meanings))
     # compact JSON: the manifest holds every scene (a few MB when indented)
     write_text_atomic(out_root / "world" / "manifest.json",
                       json.dumps(manifest, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
