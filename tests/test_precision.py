@@ -35,7 +35,10 @@ def test_a_caption_spec_says_what_its_mentions_and_background_mention():
     bare = CaptionSpec("fragment", 0, (Mention(0, "some", 0, None, False, False),), None)
     assert caption_meaning(bare, groups=groups, background="lawn", background_colour="green") == [
         (0, "kind", "ball"), (0, "count", "2+")]
-    assert ATTRIBUTES == ("kind", "count", "colour", "size", "texture", "background", "background_colour")
+    # the divergent world's unrendered details (condition, material) are shared fields of
+    # Mention and ObjectGroup, so they are read generically
+    assert ATTRIBUTES == ("kind", "count", "colour", "size", "texture", "condition", "material",
+                          "background", "background_colour")
 
 
 def test_said_counts_and_what_holds():
@@ -178,12 +181,14 @@ def test_the_step_reads_the_pair_columns_precision_needs_from_the_files(tmp_path
         pseudopair_statistics(spec)
 
 
-def test_the_world_writes_what_each_caption_says_and_it_holds_of_its_own_scene(tmp_path):
+@pytest.mark.parametrize("languages", [{}, {"languages": "divergent", "unrendered": 0.5, "visible_detail": 0.5}])
+def test_the_world_writes_what_each_caption_says_and_it_holds_of_its_own_scene(tmp_path, languages):
     """Every caption the world writes has its meaning, and every caption paired with its own
-    image is precise in every attribute (the meanings and the scenes agree)."""
+    image is precise in every attribute (the meanings and the scenes agree), in the aligned world
+    and in the demo's divergent one (hypernyms, unrendered conditions and materials)."""
     from pseudopairs.mining.precision import load_meanings, load_scenes
 
-    settings = {"seed": 7, "image_size": 32, "captions_per_image": 5,
+    settings = {"seed": 7, "image_size": 32, "captions_per_image": 5, **languages,
                 "images": {"m30k": {"train": 4, "val": 2, "test": 2}, "coco": {"train": 4, "val": 2, "test": 2}}}
     generate.build_world(settings, tmp_path / "results")
     root = tmp_path / "results"
