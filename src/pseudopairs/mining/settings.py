@@ -42,7 +42,7 @@ class MiningRun:
 
     @classmethod
     def from_dict(cls, settings: dict) -> "MiningRun":
-        """From one flat mapping (:func:`pseudopairs.experiments.mining_settings`: the engine's
+        """From one flat mapping (:func:`pseudopairs.mining.contract.mining_settings`: the engine's
         keys, ``criterion`` and the criterion's parameters)."""
         if not isinstance(settings, dict):
             raise ValueError(f"mining settings must be a JSON object, got {type(settings).__name__}")

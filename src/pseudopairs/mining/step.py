@@ -41,7 +41,7 @@ def _check_mining_spec(spec: dict) -> dict:
 def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
                      progress: bool = True) -> dict:
     """Encode the query and database captions with the source model (``spec``: the inputs of
-    :func:`pseudopairs.experiments.mining_spec`), take each query's match by
+    :func:`pseudopairs.mining.contract.mining_spec`), take each query's match by
     ``settings.criterion`` and write ``pairs.parquet`` (:data:`PAIR_COLUMNS`, one row per query
     that got a match, in query order) and ``stats.json``, both atomically."""
     import torch
@@ -158,7 +158,7 @@ def _cli_pseudopair_captions(args) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "mine", _cli_mine)
-    commands.add_json(p, "--spec", "resolved mining inputs (experiments.mining_spec)")
+    commands.add_json(p, "--spec", "resolved mining inputs (mining.contract.mining_spec)")
     commands.add_threads(p, default=1)
     p.add_argument("--pairs", required=True, help="pairs.parquet (written atomically)")
     p.add_argument("--stats", required=True, help="stats.json (written atomically)")

@@ -1,5 +1,5 @@
 """The inputs of a training run: the resolved experiment description (``spec``, made by
-:func:`pseudopairs.experiments.training_spec`), its caption sets and image features, the run's
+:func:`pseudopairs.model.contract.training_spec`), its caption sets and image features, the run's
 vocabulary, and the size/mtime stamps of every input file that key a resumable state."""
 
 from __future__ import annotations

@@ -176,6 +176,6 @@ def _cli_train_stack(args: argparse.Namespace) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "train-stack", _cli_train_stack)
-    commands.add_json(p, "--models", "the block's models by seed: {seed: {spec (experiments.training_spec), out_dir}}")
+    commands.add_json(p, "--models", "the block's models by seed: {seed: {spec (model.contract.training_spec), out_dir}}")
     commands.add_json(p, "--settings", "the config's training section merged with model")
     commands.add_threads(p)

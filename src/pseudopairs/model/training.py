@@ -490,7 +490,7 @@ def _cli_train(args: argparse.Namespace) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "train", _cli_train)
-    commands.add_json(p, "--spec", "resolved experiment inputs (experiments.training_spec)")
+    commands.add_json(p, "--spec", "resolved experiment inputs (model.contract.training_spec)")
     commands.add_json(p, "--settings", "the config's training section merged with model")
     p.add_argument("--out-dir", required=True,
                    help="model directory (checkpoint.pt, vocab.json, train_log.csv)")

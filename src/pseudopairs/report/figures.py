@@ -253,7 +253,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--png", required=True)
     p.add_argument("--html", required=True)
     p = commands.add_command(subparsers, "training-curves", _cli_training_curves)
-    commands.add_json(p, "--spec", "the tables and their training logs (experiments.training_curves_spec)")
+    commands.add_json(p, "--spec", "the tables and their training logs (report.contract.training_curves_spec)")
     p.add_argument("--output", required=True, help="PNG")
     p = commands.add_command(subparsers, "table-figure", _cli_table_figure)
     commands.add_json(p, "--spec", "the table's config entry")
