@@ -37,3 +37,14 @@ def run_snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.C
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     cmd = [snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def paper_dry_run(tmp_path: Path, *targets: str) -> subprocess.CompletedProcess:
+    """``snakemake -n -p`` of ``targets`` on config/paper.yaml with a site file naming an (empty)
+    Flickr30K folder, in ``tmp_path``."""
+    flickr = tmp_path / "flickr30k"
+    flickr.mkdir(exist_ok=True)
+    site = tmp_path / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
+    return run_snakemake(tmp_path, "-n", "-p", "--cores", "8", *targets,
+                         "--configfile", str(REPO / "config" / "paper.yaml"), str(site))

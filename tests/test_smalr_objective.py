@@ -16,7 +16,7 @@ from pseudopairs.settings import SettingsError
 from pseudopairs.smalr.constraints import image_sentence_loss
 from pseudopairs.smalr.mclm import mclm_all_pairs
 from test_text_encoders import _hem_world
-from test_training import SETTINGS, _Killed, _run, _same_weights, _weights, _world
+from test_training import SETTINGS, _count_updates, _Killed, _run, _same_weights, _weights, _world
 
 torch.set_num_threads(1)
 
@@ -109,17 +109,7 @@ def test_smalr_is_registered_and_needs_the_cosine(world, tmp_path):
 
 
 def _count_smalr_updates(monkeypatch, *, fail_at=None):
-    calls = {"n": 0}
-    real = smalr_objective.smalr_update
-
-    def wrapper(trainer):
-        calls["n"] += 1
-        if fail_at is not None and calls["n"] == fail_at:
-            raise _Killed("simulated kill")
-        return real(trainer)
-
-    monkeypatch.setattr(smalr_objective, "smalr_update", wrapper)
-    return calls
+    return _count_updates(monkeypatch, fail_at=fail_at, module=smalr_objective, name="smalr_update")
 
 
 def test_a_smalr_run_learns_logs_its_task_and_resumes_to_the_same_weights(world, tmp_path, monkeypatch):

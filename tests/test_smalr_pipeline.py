@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import REPO, run_snakemake
+from conftest import paper_dry_run, run_snakemake
 from pseudopairs.model import contract as ex
 from pseudopairs.io import read_captions
 from pseudopairs.model import training
@@ -139,12 +139,7 @@ def test_demo_dag_of_table_2(tmp_path):
 
 
 def test_real_configuration_dag_lists_the_fasttext_and_hem_jobs(tmp_path):
-    flickr = tmp_path / "flickr30k"
-    flickr.mkdir()
-    site = tmp_path / "site.yaml"
-    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
-    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "8", "results/table_smalr2.csv",
-                           "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+    result = paper_dry_run(tmp_path, "results/table_smalr2.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     seeds = 3                                                  # paper.yaml: table_smalr2 seeds 1-3

@@ -96,10 +96,11 @@ class _Killed(Exception):
     pass
 
 
-def _count_updates(monkeypatch, *, fail_at=None, exc=_Killed):
-    """Wrap updates.train_update: count calls, raise ``exc`` at call ``fail_at``."""
+def _count_updates(monkeypatch, *, fail_at=None, exc=_Killed, module=updates, name="train_update"):
+    """Wrap ``module.name`` (default updates.train_update): count calls, raise ``exc`` at call
+    ``fail_at``."""
     calls = {"n": 0}
-    real = updates.train_update
+    real = getattr(module, name)
 
     def wrapper(*args, **kwargs):
         calls["n"] += 1
@@ -107,7 +108,7 @@ def _count_updates(monkeypatch, *, fail_at=None, exc=_Killed):
             raise exc("simulated kill")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(updates, "train_update", wrapper)
+    monkeypatch.setattr(module, name, wrapper)
     return calls
 
 
@@ -626,17 +627,7 @@ def test_c2c_batches_of_an_order_run_use_the_cosine(world, tmp_path, monkeypatch
 
 
 def _count_joint_updates(monkeypatch, *, fail_at=None):
-    calls = {"n": 0}
-    real = updates.joint_update
-
-    def wrapper(trainer):
-        calls["n"] += 1
-        if fail_at is not None and calls["n"] == fail_at:
-            raise _Killed("simulated kill")
-        return real(trainer)
-
-    monkeypatch.setattr(updates, "joint_update", wrapper)
-    return calls
+    return _count_updates(monkeypatch, fail_at=fail_at, name="joint_update")
 
 
 def test_tiny_joint_run_trains_and_logs_one_joint_task(world, tmp_path):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import REPO, run_snakemake
+from conftest import REPO, paper_dry_run, run_snakemake
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -103,12 +103,7 @@ def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
 
 
 def test_paper_translation_downloads_and_converts_the_published_model(tmp_path):
-    flickr = tmp_path / "flickr30k"
-    flickr.mkdir()
-    site = tmp_path / "site.yaml"
-    site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
-    result = run_snakemake(tmp_path, "-n", "-p", "--cores", "8", "results/translations/coco.de-mt/train.parquet",
-                           "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+    result = paper_dry_run(tmp_path, "results/translations/coco.de-mt/train.parquet")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts["download_translation_model"] == 1 and counts["extract_translation_model"] == 1
@@ -118,8 +113,7 @@ def test_paper_translation_downloads_and_converts_the_published_model(tmp_path):
             "--tokenizer results/downloads/translation_model/extracted/sentencepiece.model "
             "--quantization int8_float16") in result.stdout
     # fetched with the data on a login node
-    fetch = run_snakemake(tmp_path, "-n", "--cores", "1", "fetch", "--configfile",
-                          str(REPO / "config" / "paper.yaml"), str(site))
+    fetch = paper_dry_run(tmp_path, "fetch")
     assert fetch.returncode == 0 and job_counts(fetch.stdout)["download_translation_model"] == 1
 
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs.data.contract import dataset_kind
+from pseudopairs.data.contract import config_entry, dataset_kind
 
 
 def experiment(config: dict, name: str) -> dict[str, Any]:
-    try:
-        return config["experiments"][name]
-    except KeyError:
-        raise ValueError(f"config key 'experiments': unknown experiment {name!r}") from None
+    return config_entry(config, "experiments", name, "experiment")
 
 
 def uses_pseudopairs(config: dict, name: str) -> bool:

@@ -19,11 +19,17 @@ def feature_format(config: dict) -> str:
     return config["features"]["format"]
 
 
-def dataset(config: dict, name: str) -> dict[str, Any]:
+def config_entry(config: dict, section: str, name: str, what: str) -> dict[str, Any]:
+    """Entry ``name`` of the config's ``section`` (data sets, experiments, …); an unknown name is
+    an error naming the key."""
     try:
-        return config["datasets"][name]
+        return config[section][name]
     except KeyError:
-        raise ValueError(f"config key 'datasets': unknown data set {name!r}") from None
+        raise ValueError(f"config key '{section}': unknown {what} {name!r}") from None
+
+
+def dataset(config: dict, name: str) -> dict[str, Any]:
+    return config_entry(config, "datasets", name, "data set")
 
 
 def dataset_kind(config: dict, name: str) -> str:

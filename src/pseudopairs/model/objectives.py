@@ -71,21 +71,23 @@ def _load(target: str) -> Callable:
 OBJECTIVES: Registry[Objective] = Registry("training objective", modules=("pseudopairs.model.objectives",))
 
 
-OBJECTIVES.register("sampled", Objective(
-    name="sampled", update="pseudopairs.model.updates:sampled_update",
-    summary="one task per update (c2c with probability c2c_probability, else c2i), one data set "
-            "of it uniformly, one batch (papers 000, 004)"))
-
-OBJECTIVES.register("joint", Objective(
-    name="joint", update="pseudopairs.model.updates:joint_update",
-    setup="pseudopairs.model.joint:joint_sampler",
-    summary="one batch of images of one image collection per update, one caption per data set "
-            "per image; the ranking loss summed over every image–caption pair and every c2c "
-            "caption–caption pair (paper 003)"))
-
-OBJECTIVES.register("smalr", Objective(
-    name="smalr", update="pseudopairs.model.smalr_objective:smalr_update",
-    setup="pseudopairs.model.smalr_objective:smalr_setup",
-    summary="joint's batches; 002's Eq. (3) on the unmasked and masked captions, plus MULE's "
-            "neighbourhood constraints and adversarial language classifier and masked "
-            "cross-language modelling, weighted (paper 002, SMALR)"))
+# one entry per objective, registered under its name
+for _objective in (
+    Objective(
+        name="sampled", update="pseudopairs.model.updates:sampled_update",
+        summary="one task per update (c2c with probability c2c_probability, else c2i), one data set "
+                "of it uniformly, one batch (papers 000, 004)"),
+    Objective(
+        name="joint", update="pseudopairs.model.updates:joint_update",
+        setup="pseudopairs.model.joint:joint_sampler",
+        summary="one batch of images of one image collection per update, one caption per data set "
+                "per image; the ranking loss summed over every image–caption pair and every c2c "
+                "caption–caption pair (paper 003)"),
+    Objective(
+        name="smalr", update="pseudopairs.model.smalr_objective:smalr_update",
+        setup="pseudopairs.model.smalr_objective:smalr_setup",
+        summary="joint's batches; 002's Eq. (3) on the unmasked and masked captions, plus MULE's "
+                "neighbourhood constraints and adversarial language classifier and masked "
+                "cross-language modelling, weighted (paper 002, SMALR)"),
+):
+    OBJECTIVES.register(_objective.name, _objective)

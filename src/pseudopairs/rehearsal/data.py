@@ -205,10 +205,15 @@ def _cli(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The step's output paths: (option, what it names).
+OUTPUT_OPTIONS = (("--flickr-dir", "folder of the Flickr30K image files"),
+                  ("--karpathy-zip", "caption_datasets.zip to write"),
+                  ("--coco-zip-dir", "folder of train2014.zip and val2014.zip"),
+                  ("--parallel-dir", "folder of {train,val}.{en,de}"))
+
+
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "rehearsal-data", _cli)
     commands.add_json(p, "--settings", "the config's rehearsal section")
-    p.add_argument("--flickr-dir", required=True, help="folder of the Flickr30K image files")
-    p.add_argument("--karpathy-zip", required=True, help="caption_datasets.zip to write")
-    p.add_argument("--coco-zip-dir", required=True, help="folder of train2014.zip and val2014.zip")
-    p.add_argument("--parallel-dir", required=True, help="folder of {train,val}.{en,de}")
+    for option, what in OUTPUT_OPTIONS:
+        p.add_argument(option, required=True, help=what)

@@ -158,9 +158,10 @@ def _cli(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "rehearsal-summary", _cli)
-    commands.add_json(p, "--settings", "the config's rehearsal section")
-    p.add_argument("--benchmarks", required=True, help="the rules' benchmark folder (results/benchmarks)")
-    p.add_argument("--results", required=True, help="results root whose folders' sizes are listed")
+    commands.add_json(p, "--settings", "the config's rehearsal section (its reduced steps)")
     p.add_argument("--login-rules", default="", help="comma-separated local rules (login node)")
     p.add_argument("--login-limit-mb", type=float, default=2048.0, help="peak RSS allowed to a local rule")
-    p.add_argument("--output", required=True, help="rehearsal.csv to write")
+    for option, what in (("--benchmarks", "the rules' benchmark folder (results/benchmarks)"),
+                         ("--results", "results root whose folders' sizes are listed"),
+                         ("--output", "rehearsal.csv to write")):
+        p.add_argument(option, required=True, help=what)

@@ -1,4 +1,6 @@
-"""The ``convert-mt`` step."""
+"""The ``convert-mt`` step: convert an OpenNMT-py Transformer checkpoint (3.x layout, or a
+1.x/2.x one, which is re-saved first) with CTranslate2's OpenNMT-py converter into a
+self-contained model directory."""
 
 from __future__ import annotations
 
@@ -193,10 +195,8 @@ def _cmd_convert_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "convert-mt", _cmd_convert_mt,
-        description="Convert an OpenNMT-py Transformer checkpoint (3.x layout, or a 1.x/2.x one, "
-                    "which is re-saved first) with CTranslate2's OpenNMT-py converter into a "
-                    "self-contained model directory.")
+    p = commands.add_command(subparsers, "convert-mt", _cmd_convert_mt, description=__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="OpenNMT-py .pt checkpoint")
     p.add_argument("--output-dir", required=True, help="CTranslate2 model directory (replaced atomically)")
     p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,

@@ -1,6 +1,8 @@
 """The ``score-mt`` step: sacreBLEU of a converted model on a test set, decoded exactly as the
 pipeline's ``translate-captions`` decodes (``translation.translate``: beam size, length penalty,
-input truncation, compute type …), with the same code (:func:`~.translate.translate_texts`)."""
+input truncation, compute type …), with the same code (:func:`~.translate.translate_texts`).
+Writes the BLEU, its signature, the settings, the model id and counts as JSON beside the model
+directory (or to ``--output``)."""
 
 from __future__ import annotations
 
@@ -107,12 +109,8 @@ def _cmd_score_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "score-mt", _cmd_score_mt,
-        description="Translate a test set's source side with a converted model (convert-mt) and "
-                    "the translation.translate settings translate-captions uses (beam size, length "
-                    "penalty, truncation, compute type), and score it with sacreBLEU against the "
-                    "references. Writes the BLEU, its signature, the settings, the model id and "
-                    "counts as JSON beside the model directory (or to --output).")
+    p = commands.add_command(subparsers, "score-mt", _cmd_score_mt, description=__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="converted model directory (convert-mt)")
     p.add_argument("--source", required=True,
                    help="test source sentences, one per line (raw UTF-8 text, optionally gzipped)")

@@ -1,4 +1,8 @@
-"""The ``train-mt`` step, resumable from a training state saved beside its output directory."""
+"""The ``train-mt`` step: a small Transformer encoder-decoder with a shared SentencePiece model,
+trained on parallel plain-text files and saved as an OpenNMT-py checkpoint, with the validation
+BLEU in ``bleu.json``. Every ``checkpoint_every`` updates the training state is saved to
+``OUTPUT_DIR.state.pt``; rerunning the same command after a kill resumes from it (the same
+result as an uninterrupted run)."""
 
 from __future__ import annotations
 
@@ -272,12 +276,8 @@ def _cmd_train_mt(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "train-mt", _cmd_train_mt,
-        description="Train a small Transformer encoder-decoder with a shared SentencePiece model on "
-                    "parallel plain-text files and save it as an OpenNMT-py checkpoint, with the "
-                    "validation BLEU in bleu.json. Every checkpoint_every updates the training "
-                    "state is saved to OUTPUT_DIR.state.pt; rerunning the same command after a "
-                    "kill resumes from it (same result as an uninterrupted run).")
+    p = commands.add_command(subparsers, "train-mt", _cmd_train_mt, description=__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source-train", required=True,
                    help="source sentences, one per line (raw UTF-8 text, optionally gzipped)")
     p.add_argument("--target-train", required=True, help="target sentences, aligned by line")
