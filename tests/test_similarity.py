@@ -373,3 +373,21 @@ def test_bf16_blocks_tile_the_score_matrix_and_keep_the_argmax(backend):
         assert np.all(seen == 1)
         got = best.result()
         assert set(zip(range(23), cos.argmax(axis=1).tolist())) <= set(zip(got.line.tolist(), got.other.tolist()))
+
+
+def test_window_topk_stops_naming_the_collapse_when_scores_nearly_tie():
+    """A collapsed model (every embedding almost the same) puts every database row within the
+    exact engine's window; the reducer stops with the cause instead of growing without limit
+    (the rehearsal's mining job reached 23.5 GB so). A spread model stays far under the limit."""
+    rng = np.random.default_rng(11)
+    base = unit(rng, 1, 16)
+    collapsed = base + 1e-9 * rng.standard_normal((200, 16)).astype(np.float32)
+    collapsed /= np.linalg.norm(collapsed, axis=1, keepdims=True)
+    q, d = sim.DenseRows(collapsed[:100]), collapsed[100:]
+    by_row = sim.WindowTopK(axis="rows", n_lines=100, k=1, window=1e-5, max_entries=5_000)
+    with pytest.raises(ValueError, match=r"candidates within the error window .* per row on average\) "
+                                         r"exceed the limit of 5,000 .* a collapsed model"):
+        sim.run_pass(q, d, [by_row], rows=64, cols=100)
+    spread = sim.WindowTopK(axis="rows", n_lines=100, k=1, window=1e-5, max_entries=5_000)
+    sim.run_pass(sim.DenseRows(unit(rng, 100, 16)), unit(rng, 100, 16), [spread], rows=64, cols=100)
+    assert spread.result().line.size < 200

@@ -100,6 +100,11 @@ def _group_starts(sorted_line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, sorted_line[starts]
 
 
+#: The most window entries (line, other, value: 20 bytes each, ~5 GB) a :class:`WindowTopK`
+#: keeps. A trained model keeps a few per line; far more means the scores nearly tie.
+MAX_WINDOW_ENTRIES = 250_000_000
+
+
 class WindowTopK:
     """Per line of the score matrix (``axis="rows"``: each query row; ``"cols"``: each database
     column), keeps **every entry ≥ (the line's k-th largest value) − window** — for k = 1 the
@@ -114,7 +119,8 @@ class WindowTopK:
     block (``end_rows``), column lines at the end of the pass; :meth:`result` returns the entries.
     """
 
-    def __init__(self, *, axis: str, n_lines: int, k: int, window: float, chunk: int | None = None):
+    def __init__(self, *, axis: str, n_lines: int, k: int, window: float, chunk: int | None = None,
+                 max_entries: int = MAX_WINDOW_ENTRIES):
         if axis not in ("rows", "cols"):
             raise ValueError(f"WindowTopK: axis must be 'rows' or 'cols', got {axis!r}")
         if k < 1:
@@ -131,6 +137,8 @@ class WindowTopK:
         self._pending = 0
         self._kept = 0
         self._done: list[WindowEntries] = []
+        self._done_entries = 0
+        self.max_entries, self.n_lines = int(max_entries), int(n_lines)
 
     # -- candidates of one block -------------------------------------------------------------
     def update(self, block: Block) -> None:
@@ -168,6 +176,20 @@ class WindowTopK:
         self._pending += lines.size
         if self._pending > max(1 << 20, 2 * self._kept):
             self._compact()
+            self._check_size()
+
+    def _check_size(self) -> None:
+        """Stop, saying why, before the kept entries outgrow the memory a trained model needs
+        (a collapsed model's scores all lie within the window: every entry would be kept)."""
+        kept = self._done_entries + self._kept
+        if kept > self.max_entries:
+            raise ValueError(
+                f"similarity engine: {kept:,} candidates within the error window of the best "
+                f"scores ({kept / max(1, self.n_lines):,.0f} per {self.axis[:-1]} on average) exceed "
+                f"the limit of {self.max_entries:,} (~{self.max_entries * 20 / 1e9:.0f} GB): the "
+                f"scores nearly tie, as a collapsed model's do (embeddings almost identical, e.g. "
+                f"max-violation training stuck on its plateau or stopped after a few updates); "
+                f"check the model's validation scores before mining or evaluating with it")
 
     def _compact(self) -> WindowEntries:
         """Merge the parts, raise each line's threshold to its k-th kept value − window, drop below."""
@@ -188,9 +210,12 @@ class WindowTopK:
     def end_rows(self, row0: int, row1: int) -> None:
         if self.axis == "rows":  # a row block's lines are complete: move them out of the log
             self._done.append(self._compact())
+            self._done_entries += self._done[-1].line.size
             self._parts, self._kept = [], 0
+            self._check_size()
         elif self._pending > self._kept // 2:  # tighten the column thresholds once per row block
             self._compact()
+            self._check_size()
 
     def result(self) -> WindowEntries:
         """All kept entries, by line and decreasing value (ties: lower ``other`` first)."""
