@@ -22,7 +22,6 @@ Everything is a pure function of the settings and the mirror; files are written 
 from __future__ import annotations
 
 import argparse
-import gzip
 import io
 import json
 import logging
@@ -37,6 +36,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from pseudopairs import commands
+from pseudopairs.data.text import read_lines
 from pseudopairs.io import atomic_path, write_text_atomic
 from pseudopairs.rehearsal.settings import RehearsalSettings
 
@@ -53,12 +53,7 @@ PARALLEL_SPLITS = {"train": "train", "val": "val"}
 
 
 def _read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            return [line.rstrip("\n") for line in handle]
-    except OSError as err:
-        raise FileNotFoundError(f"{path}: cannot read the Multi30K mirror file ({err})") from err
+    return read_lines(path)[0]
 
 
 def flickr_image_names(multi30k: str | Path) -> list[str]:
