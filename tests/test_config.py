@@ -69,6 +69,10 @@ def test_shipped_configs_are_valid(name):
          "config key 'features.crop': must not exceed features.resize (50) (got 64)"),
         (lambda c: c["pseudopair_stats"]["compare"][0].update(b="nope"),
          "config key 'pseudopair_stats.compare.0.b': unknown pseudopair set 'nope'"),
+        (lambda c: c["pseudopair_stats"].update(sets=["de_coco", "nope"]),
+         "config key 'pseudopair_stats.sets.1': unknown pseudopair set 'nope'"),
+        (lambda c: c["pseudopair_stats"].update(sets=["de_coco"]),
+         "config key 'pseudopair_stats.compare.0.b': set 'en_de_coco_c2c' is not among pseudopair_stats.sets"),
         # de_coco trained on pseudopairs mined by its own model
         (lambda c: c["experiments"]["de_coco"].update(c2i=["m30k.de", "coco.de-pseudo@de_coco"]),
          "dependency cycle de_coco -> de_coco"),

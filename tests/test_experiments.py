@@ -128,6 +128,11 @@ def test_statistics_and_figure_specs():
     assert not [p for p in report_contract.pseudopair_stats_inputs(paper) if "world" in p]
     assert stats["files"]["de_coco"]["2"] == {"pairs": "results/pseudopairs/de_coco/seed2/pairs.parquet",
                                               "stats": "results/pseudopairs/de_coco/seed2/stats.json"}
+    # pseudopair_stats.sets: the statistics of chosen sets only (the rehearsal: Table 5's set)
+    config["pseudopair_stats"].update(sets=["en_de_coco_c2c", "de_coco"], compare=[])
+    chosen = report_contract.pseudopair_stats_spec(config)
+    assert list(chosen["sets"]) == list(chosen["files"]) == ["de_coco", "en_de_coco_c2c"]
+    assert len(report_contract.pseudopair_stats_inputs(config)) == 2 * 3 * 2 + 2
     figure = report_contract.pseudopair_figure_spec(config)
     assert figure["pairs"] == {"de_coco": "results/pseudopairs/de_coco/seed1/pairs.parquet",
                                "en_de_coco_c2c": "results/pseudopairs/en_de_coco_c2c/seed1/pairs.parquet"}

@@ -447,3 +447,37 @@ def test_bad_options_of_the_new_criteria():
         mn.nearest_neighbours(queries, database, criterion="dynamic_inverted_softmax", k=0)
     with pytest.raises(ValueError, match="iterations is only used by"):
         mn.nearest_neighbours(queries, database, criterion="inverted_softmax", iterations=3)
+
+
+def collapsed_data(seed: int, n: int = 80, m: int = 120, dim: int = 24):
+    """A barely trained model's embeddings: every row within ~1e-3 of one direction."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(dim)
+    rows = (base + 2e-3 * rng.standard_normal((n + m, dim))).astype(np.float32)
+    return rows[:n], rows[n:]
+
+
+@pytest.mark.parametrize("criterion", EXACT)
+def test_near_ties_pick_the_float32_path_and_settle_in_bounded_memory(criterion, monkeypatch):
+    """A collapsed model puts most database rows within the bf16 window: the sampled probe sends
+    the candidate passes to the float32 GEMM, and the window reducers settle their candidates
+    exactly as they go (forced here with a tiny ``SETTLE_ENTRIES``) — the same answer as brute force."""
+    import pseudopairs.mining.search as search
+    import pseudopairs.similarity.reducers as reducers
+
+    queries, database = collapsed_data(3)
+    k = {"csls": 3, "margin": 2}.get(criterion)
+    want = mn.nearest_neighbours_reference(queries, database, criterion=criterion, k=k)
+    monkeypatch.setattr(search, "PROBE_MIN_SCORES", 0)
+    monkeypatch.setattr(search, "CROWDED_WINDOW", 20)
+    monkeypatch.setattr(reducers, "SETTLE_ENTRIES", 50)
+    with bf16_mode(True, kernel="emulated"):
+        ctx = context(queries, database)
+        assert ctx.crowding > 20 and ctx.path == "float32" and ctx.E == ctx.E32
+        spread = context(*near_tie_data(4, n=80, m=120, dim=24))
+        assert spread.crowding < 20 and spread.path == "bf16"
+        assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, k=k, block_size=(16, 32)), want)
+    monkeypatch.setattr(search, "CROWDED_WINDOW", 10_000)  # bf16 kept: settling alone bounds memory
+    with bf16_mode(True, kernel="emulated"):
+        assert context(queries, database).path == "bf16"
+        assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, k=k, block_size=(16, 32)), want)

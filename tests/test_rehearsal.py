@@ -185,7 +185,8 @@ def test_summary_refuses_a_reduced_rule_that_did_not_run(tmp_path):
 
 def test_the_rehearsal_plans_table5_at_the_papers_size(tmp_path):
     """config/rehearsal.yaml over config/paper.yaml plans every step of Table 5 and the summary
-    (one seed, the paper's rows), mining on the tenth of COCO, with the train-mt translation."""
+    (one seed, the paper's rows) and the §7.2 statistics, mining on 5 % of COCO, with the
+    train-mt translation."""
     flickr = tmp_path / "flickr"
     flickr.mkdir()
     site = tmp_path / "site.yaml"
@@ -201,10 +202,12 @@ def test_the_rehearsal_plans_table5_at_the_papers_size(tmp_path):
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     for rule in ("rehearsal_data", "read_coco", "features", "train_mt", "translate", "train",
-                 "evaluate", "mine", "pseudopair_captions", "table", "rehearsal_summary"):
+                 "evaluate", "mine", "pseudopair_captions", "pseudopair_stats", "table",
+                 "rehearsal_summary"):
         assert counts.get(rule), (rule, counts)
     assert counts["train"] == counts["evaluate"] == 9
-    assert counts["mine"] == 1 and counts["select_captions"] == 1
+    # the §7.2 statistics of Table 5's one set (pseudopair_stats.sets), not the paper's 21
+    assert counts["mine"] == 1 and counts["select_captions"] == 1 and counts["pseudopair_stats"] == 1
     assert "download_karpathy" not in counts and "download_coco_images" not in counts
 
 

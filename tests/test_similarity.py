@@ -391,3 +391,37 @@ def test_window_topk_stops_naming_the_collapse_when_scores_nearly_tie():
     spread = sim.WindowTopK(axis="rows", n_lines=100, k=1, window=1e-5, max_entries=5_000)
     sim.run_pass(sim.DenseRows(unit(rng, 100, 16)), unit(rng, 100, 16), [spread], rows=64, cols=100)
     assert spread.result().line.size < 200
+
+
+@pytest.mark.parametrize("axis,k", [("rows", 1), ("rows", 3), ("cols", 1), ("cols", 2)])
+def test_window_topk_settles_near_ties_in_bounded_memory(axis, k):
+    """With an exact rescoring function the reducer keeps at most ``settle_at`` entries plus one
+    block's, however close the scores are, and still returns every line's exact top k: the
+    collapsed case that stopped the rehearsal's mining job now finishes."""
+    rng = np.random.default_rng(12)
+    base = unit(rng, 1, 16)
+    rows = base + 1e-4 * rng.standard_normal((300, 16)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    q, d = rows[:120], rows[120:]
+    exact = q.astype(np.float64) @ d.T.astype(np.float64)  # the "exact" values of this case
+    n_lines = 120 if axis == "rows" else 180
+
+    def exact_of(lines, others):
+        return exact[lines, others] if axis == "rows" else exact[others, lines]
+
+    reducer = sim.WindowTopK(axis=axis, n_lines=n_lines, k=k, window=1.0, max_entries=4_000,
+                             exact_of=exact_of, settle_at=600)
+    sim.run_pass(sim.DenseRows(q), d, [reducer], rows=32, cols=64)  # window 1.0: every entry a candidate
+    assert reducer.settled > 0
+    assert reducer.peak_entries <= 3 * 600 + 32 * 64 + k * n_lines
+    got = reducer.result()
+    values = exact if axis == "rows" else exact.T
+    want = np.argsort(-values, axis=1, kind="stable")[:, :k]
+    order = np.lexsort((got.other, -exact_of(got.line, got.other), got.line))
+    line, other = got.line[order], got.other[order]
+    starts = np.flatnonzero(np.r_[True, line[1:] != line[:-1]])
+    assert np.array_equal(line[starts], np.arange(n_lines))
+    np.testing.assert_array_equal(other[starts[:, None] + np.arange(k)], want)
+    unsettled = sim.WindowTopK(axis=axis, n_lines=n_lines, k=k, window=1.0, max_entries=4_000)
+    with pytest.raises(ValueError, match="a collapsed model"):  # the guard without rescoring
+        sim.run_pass(sim.DenseRows(q), d, [unsettled], rows=32, cols=64)

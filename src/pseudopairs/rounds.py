@@ -121,9 +121,11 @@ def expand_rounds(config: dict) -> dict:
                                          ("experiments", names["experiment"], exp)):
                 _put(config.setdefault(section, {}), name, entry, where=f"rounds.{chain}", what=section)
             comparisons = config.setdefault("pseudopair_stats", {}).setdefault("compare", [])
+            covered = config["pseudopair_stats"].get("sets")  # None: every set
             if r > 1:
                 pair = {"a": names["pseudopairs"], "b": round_names(chain, r - 1, spec["dataset"])["pseudopairs"]}
-                if pair not in comparisons:
+                in_stats = covered is None or {pair["a"], pair["b"]} <= set(covered)
+                if in_stats and pair not in comparisons:
                     comparisons.append(pair)
             rows.append({"label": f"round {r}", "experiment": names["experiment"], "beyond_paper": True})
             previous = names["experiment"]

@@ -46,6 +46,7 @@ if "rehearsal" in config:
     rule rehearsal_summary:
         input:
             layout.table("table5"),
+            layout.pseudopair_stats(),
         output:
             f"{layout.RESULTS}/rehearsal.csv",
         log:

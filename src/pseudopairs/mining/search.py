@@ -47,6 +47,13 @@ log = logging.getLogger(__name__)
 CUDA_BLOCK_ROWS = 8192  # default query rows per block on a GPU
 CUDA_BLOCK_ELEMENTS = 1 << 27  # default scores per block on a GPU (512 MiB of float32)
 SLACK = 2.0**-40  # relative room for float64 formula rearrangements between estimate and exact value
+#: The bf16 candidate GEMM is skipped for the float32 one when a sample of queries finds more than
+#: this many database rows per query within the bf16 window of its best score: the scores nearly
+#: tie (a barely trained model's do), and rescoring them in float64 would cost far more than the
+#: faster GEMM saves. A trained model keeps ~1-3 (docs/benchmarks.md).
+CROWDED_WINDOW = 512
+PROBE_ROWS = 256  # queries in that sample, evenly spaced
+PROBE_MIN_SCORES = 1 << 26  # searches smaller than this many scores skip the probe
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,13 +117,22 @@ class SearchContext:
         self._source = UnitRowSource(self.q, self.device)
         self._db32 = None
         self.bf16 = bf16_enabled(self.device)
+        self.crowding = None  # bf16 window rows per sampled query, where probed
         if self.bf16:
             self._fast = database_bf16(self.d, self.device)
             q_err = max_rounding_error(self.n, self._source.block)
             self.E = bf16_cosine_error_bound(self.q.dim, q_err, self._fast.err_max,
                                              unit=accumulation_unit(self.device),
                                              out_unit=output_unit(self.device))
-        else:
+            if self.n * self.m >= PROBE_MIN_SCORES:
+                self.crowding = window_crowding(self.q, self._fast, self.device,
+                                                window=2.0 * self.E * (1.0 + 2.0**-20), cols=self.cols)
+                if self.crowding > CROWDED_WINDOW:
+                    log.info("the bf16 window holds %.0f database rows per query (sampled; > %d): the "
+                             "scores nearly tie, so the candidate passes use the float32 GEMM",
+                             self.crowding, CROWDED_WINDOW)
+                    self.bf16 = False
+        if not self.bf16:
             self._fast = self.db32
             self.E = self.E32
         self.window = 2.0 * self.E * (1.0 + 2.0**-20)
@@ -138,6 +154,10 @@ class SearchContext:
         """Exact float64 cosines of the pairs (query ``lines_q[i]``, database ``lines_d[i]``)."""
         return cosine64_pairs(self.q, self.d, a_rows=lines_q, b_rows=lines_d, threads=self.threads)
 
+    def cos_of_columns(self, lines_d: np.ndarray, lines_q: np.ndarray) -> np.ndarray:
+        """:meth:`cos_of` for entries of database lines (a column reducer's ``line``, ``other``)."""
+        return self.cos_of(lines_q, lines_d)
+
     def one_pass(self, reducers, desc: str, transform=None, *, precise: bool = False) -> None:
         """One blocked pass over the scores, feeding ``reducers``: the candidate GEMM (bound
         ``E``), or with ``precise`` the float32 GEMM (bound ``E32``)."""
@@ -149,6 +169,37 @@ class SearchContext:
         as keep a block within ``rows × cols`` scores (at least one)."""
         rows = max(1, min(self.rows, (self.rows * self.cols) // self.m))
         return iter_blocks(self._source, self.db32, rows=rows, cols=self.m, progress=self.progress, desc=desc)
+
+
+def window_crowding(q: UnitRows, database: Any, device: Any, *, window: float, cols: int,
+                    sample: int | None = None) -> float:
+    """Mean number of ``database`` rows within ``window`` of the best score, over up to
+    ``sample`` (default :data:`PROBE_ROWS`) evenly spaced queries: two passes of that sample over
+    the database GEMM given (bf16 or float32)."""
+    rows = np.unique(np.linspace(0, q.n - 1, min(q.n, sample or PROBE_ROWS)).astype(np.int64))
+    probe = UnitRowSource(UnitRows(raw=q.raw[rows], shift=q.shift[rows], norm=q.norm[rows]), device)
+    best = np.full(rows.size, -np.inf)
+    count = np.zeros(rows.size, dtype=np.int64)
+
+    class _Best:
+        def update(self, block) -> None:
+            s = _host(block)
+            np.maximum(best[block.row0: block.row1], s.max(axis=1), out=best[block.row0: block.row1])
+
+    class _Count:
+        def update(self, block) -> None:
+            s = _host(block)
+            count[block.row0: block.row1] += (s >= (best[block.row0: block.row1] - window)[:, None]).sum(axis=1)
+
+    for reducer in (_Best(), _Count()):
+        run_pass(probe, database, [reducer], rows=rows.size, cols=cols)
+    return float(count.mean())
+
+
+def _host(block) -> np.ndarray:
+    """The block's valid scores as a float64 numpy array."""
+    s = block.scores[: block.n_rows, : block.n_cols]
+    return (s.float().cpu().numpy() if is_tensor(s) else np.asarray(s)).astype(np.float64)
 
 
 def best_per_line(lines: np.ndarray, others: np.ndarray, exact: np.ndarray, n_lines: int) -> tuple[np.ndarray, np.ndarray]:
@@ -196,8 +247,9 @@ def exact_topk(entries: WindowEntries, exact: np.ndarray, k: int, n_lines: int) 
 
 def cosine_argmax_candidates(ctx: SearchContext, *, columns: bool, desc: str):
     """One pass keeping every row's (and, with ``columns``, every column's) argmax candidates."""
-    by_row = WindowTopK(axis="rows", n_lines=ctx.n, k=1, window=ctx.window)
-    by_col = WindowTopK(axis="cols", n_lines=ctx.m, k=1, window=ctx.window) if columns else None
+    by_row = WindowTopK(axis="rows", n_lines=ctx.n, k=1, window=ctx.window, exact_of=ctx.cos_of)
+    by_col = (WindowTopK(axis="cols", n_lines=ctx.m, k=1, window=ctx.window, exact_of=ctx.cos_of_columns)
+              if columns else None)
     ctx.one_pass([r for r in (by_row, by_col) if r is not None], desc)
     return by_row.result(), (by_col.result() if columns else None)
 
@@ -211,8 +263,8 @@ def knearest_means(ctx: SearchContext, k: int, desc: str) -> tuple[np.ndarray, n
     bf16 window, 55 s with the float32 one)."""
     precise = k > 1
     window = ctx.window32 if precise else ctx.window
-    by_row = WindowTopK(axis="rows", n_lines=ctx.n, k=k, window=window)
-    by_col = WindowTopK(axis="cols", n_lines=ctx.m, k=k, window=window)
+    by_row = WindowTopK(axis="rows", n_lines=ctx.n, k=k, window=window, exact_of=ctx.cos_of)
+    by_col = WindowTopK(axis="cols", n_lines=ctx.m, k=k, window=window, exact_of=ctx.cos_of_columns)
     ctx.one_pass([by_row, by_col], desc, precise=precise)
     cand = by_row.result()
     r_q = _exact_topk_means(cand, ctx.cos_of(cand.line, cand.other), k, ctx.n)
@@ -232,7 +284,8 @@ def transformed_argmax(ctx: SearchContext, *, transform, err: float, scale: floa
     """The argmax of a criterion whose float32 estimate is ``transform`` applied to each score
     block, within ``err`` of its float64 value (``exact_of``), values of size ≤ ``scale``; the
     value as float32 (float64 with ``as64``)."""
-    pick = WindowTopK(axis="rows", n_lines=ctx.n, k=1, window=2.0 * err * (1.0 + 2.0**-20) + SLACK * scale)
+    pick = WindowTopK(axis="rows", n_lines=ctx.n, k=1, window=2.0 * err * (1.0 + 2.0**-20) + SLACK * scale,
+                      exact_of=exact_of)
     ctx.one_pass([pick], desc, transform=transform)
     cand = pick.result()
     best, exact = best_per_line(cand.line, cand.other, exact_of(cand.line, cand.other), ctx.n)

@@ -20,6 +20,7 @@ def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
     paper's figures), the seeds, the top-N of "the top 150 captions", the set comparisons and, in
     the demo world, its caption meanings and scenes (``meanings``; empty for real data)."""
     stats = config.get("pseudopair_stats", {})
+    names = stats_sets(config)
     meanings = {}
     if config.get("data", {}).get("source") == "world":
         # the demo world knows what each caption says: the precision of every set
@@ -31,7 +32,7 @@ def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
         "sets": {name: {"source": pp["source"], "criterion": criterion(config, name),
                         "queries": pp["queries"], "database": pp["database"],
                         "paper": pp.get("paper", {})}
-                 for name, pp in config.get("pseudopairs", {}).items()},
+                 for name, pp in config.get("pseudopairs", {}).items() if name in names},
         "seeds": list(config["seeds"]),
         "top": stats.get("top", 150),
         "compare": list(stats.get("compare", [])),
@@ -39,9 +40,15 @@ def pseudopair_stats_spec(config: dict) -> dict[str, Any]:
         "files": {name: {str(seed): {"pairs": layout.pseudopair_pairs(name, seed),
                                      "stats": layout.pseudopair_mining_stats(name, seed)}
                          for seed in config["seeds"]}
-                  for name in pseudopair_sets(config)},
+                  for name in names},
         "meanings": meanings,
     }
+
+
+def stats_sets(config: dict) -> list[str]:
+    """The pseudopair sets the §7.2 statistics cover: ``pseudopair_stats.sets``, else every set."""
+    chosen = config.get("pseudopair_stats", {}).get("sets")
+    return pseudopair_sets(config) if chosen is None else [n for n in pseudopair_sets(config) if n in chosen]
 
 
 def pseudopair_stats_inputs(config: dict) -> list[str]:
@@ -149,12 +156,17 @@ def _pseudopair_stats_errors(config: dict) -> list[str]:
     """The §7.2 comparisons and Figure 1 name known pseudopair sets."""
     pseudopairs = config.get("pseudopairs", {})
     stats = config.get("pseudopair_stats", {})
-    messages = []
+    messages = [f"config key 'pseudopair_stats.sets.{i}': unknown pseudopair set {name!r}"
+                for i, name in enumerate(stats.get("sets") or []) if name not in pseudopairs]
+    covered = set(stats_sets(config))
     for i, pair in enumerate(stats.get("compare", [])):
         for side in ("a", "b"):
             if pair[side] not in pseudopairs:
                 messages.append(f"config key 'pseudopair_stats.compare.{i}.{side}': unknown pseudopair "
                                 f"set {pair[side]!r}")
+            elif pair[side] not in covered:
+                messages.append(f"config key 'pseudopair_stats.compare.{i}.{side}': set {pair[side]!r} "
+                                f"is not among pseudopair_stats.sets")
     for i, name in enumerate(stats.get("figure", {}).get("pseudopairs", [])):
         if name not in pseudopairs:
             messages.append(f"config key 'pseudopair_stats.figure.pseudopairs.{i}': unknown pseudopair "

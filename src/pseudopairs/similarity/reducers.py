@@ -101,8 +101,25 @@ def _group_starts(sorted_line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: The most window entries (line, other, value: 20 bytes each, ~5 GB) a :class:`WindowTopK`
-#: keeps. A trained model keeps a few per line; far more means the scores nearly tie.
+#: without ``exact_of`` keeps. A trained model keeps a few per line; far more means the scores
+#: nearly tie.
 MAX_WINDOW_ENTRIES = 250_000_000
+#: With ``exact_of``, kept entries beyond this many (~320 MB) are settled: rescored exactly and cut
+#: to each line's k best, so memory stays bounded however close the scores are.
+SETTLE_ENTRIES = 16_000_000
+
+
+def settle_entries(entries: WindowEntries, exact: np.ndarray, k: int
+                   ) -> tuple[WindowEntries, np.ndarray, np.ndarray]:
+    """Per line, the ``k`` entries with the largest ``exact`` values (ties: lower ``other``),
+    grouped by line in decreasing exact order; also the lines that have k entries and their k-th
+    exact values."""
+    order = np.lexsort((entries.other, -exact, entries.line))
+    line, other, value, exact = entries.line[order], entries.other[order], entries.value[order], exact[order]
+    starts, _ = _group_starts(line)
+    rank = np.arange(line.size) - np.repeat(starts, np.diff(np.r_[starts, line.size]))
+    keep, kth_at = rank < k, rank == k - 1
+    return WindowEntries(line[keep], other[keep], value[keep]), line[kth_at], exact[kth_at]
 
 
 class WindowTopK:
@@ -117,10 +134,18 @@ class WindowTopK:
     runs of ``CHUNK / 4`` entries of a column) plus a gather of the chunks that can hold
     candidates. Row lines are finished at the end of each row
     block (``end_rows``), column lines at the end of the pass; :meth:`result` returns the entries.
+
+    Near-ties (a collapsed model's scores all lie within the window) would keep every entry.
+    Given ``exact_of(lines, others) -> float64`` (the value the window's scores estimate within
+    ``window / 2``), the kept entries are **settled** whenever they pass ``settle_at``: rescored
+    exactly and cut to each line's k best (ties: lower ``other``), and the line's threshold raised
+    to its k-th exact value − ``window`` — an entry below it is below the k-th exact value, so no
+    answer changes. Memory then stays within ``settle_at`` entries plus one block's; without
+    ``exact_of`` the reducer stops at ``max_entries`` with an error naming the near-ties.
     """
 
     def __init__(self, *, axis: str, n_lines: int, k: int, window: float, chunk: int | None = None,
-                 max_entries: int = MAX_WINDOW_ENTRIES):
+                 max_entries: int = MAX_WINDOW_ENTRIES, exact_of=None, settle_at: int | None = None):
         if axis not in ("rows", "cols"):
             raise ValueError(f"WindowTopK: axis must be 'rows' or 'cols', got {axis!r}")
         if k < 1:
@@ -138,7 +163,12 @@ class WindowTopK:
         self._kept = 0
         self._done: list[WindowEntries] = []
         self._done_entries = 0
+        self._done_fresh = 0  # finished row lines' entries added since they were last settled
         self.max_entries, self.n_lines = int(max_entries), int(n_lines)
+        self.exact_of = exact_of
+        self.settle_at = max(1, int(SETTLE_ENTRIES if settle_at is None else settle_at))
+        self.settled = 0  # how many times kept entries were settled (logged by callers)
+        self.peak_entries = 0  # the most entries kept at once
 
     # -- candidates of one block -------------------------------------------------------------
     def update(self, block: Block) -> None:
@@ -182,6 +212,7 @@ class WindowTopK:
         """Stop, saying why, before the kept entries outgrow the memory a trained model needs
         (a collapsed model's scores all lie within the window: every entry would be kept)."""
         kept = self._done_entries + self._kept
+        self.peak_entries = max(self.peak_entries, kept + self._pending)
         if kept > self.max_entries:
             raise ValueError(
                 f"similarity engine: {kept:,} candidates within the error window of the best "
@@ -203,14 +234,29 @@ class WindowTopK:
         self.threshold[lines[full]] = np.maximum(self.threshold[lines[full]], kth - self.window)
         keep = entries.value >= self.threshold[entries.line]
         entries = WindowEntries(entries.line[keep], entries.other[keep], entries.value[keep])
+        if self.exact_of is not None and entries.line.size + self._done_entries > self.settle_at:
+            entries = self._settle(entries)
+            if self._done_fresh and self._done_entries + entries.line.size > self.settle_at:
+                done = self._settle(WindowEntries(*(np.concatenate(p) for p in zip(*self._done))))
+                self._done, self._done_entries, self._done_fresh = [done], done.line.size, 0
         self._parts = [tuple(entries)]
         self._pending, self._kept = 0, entries.line.size
         return entries
 
+    def _settle(self, entries: WindowEntries) -> WindowEntries:
+        """Cut ``entries`` to each line's k best by exact value and raise those lines' thresholds."""
+        exact = np.asarray(self.exact_of(entries.line, entries.other), dtype=np.float64)
+        settled, lines, kth = settle_entries(entries, exact, self.k)
+        self.threshold[lines] = np.maximum(self.threshold[lines], kth - self.window)
+        self.settled += 1
+        return _sort_entries(*settled)
+
     def end_rows(self, row0: int, row1: int) -> None:
         if self.axis == "rows":  # a row block's lines are complete: move them out of the log
-            self._done.append(self._compact())
-            self._done_entries += self._done[-1].line.size
+            finished = self._compact()  # may settle (replace) the finished lines first
+            self._done.append(finished)
+            self._done_entries += finished.line.size
+            self._done_fresh += finished.line.size
             self._parts, self._kept = [], 0
             self._check_size()
         elif self._pending > self._kept // 2:  # tighten the column thresholds once per row block

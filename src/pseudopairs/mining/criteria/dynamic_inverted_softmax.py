@@ -59,7 +59,7 @@ def _combine(normalised, isf_pick, nearest, nearest_value):
 
 def search(ctx, params: dict) -> tuple[np.ndarray, np.ndarray]:
     beta, k = params["beta"], min(params["k"], ctx.m)
-    top = WindowTopK(axis="rows", n_lines=ctx.n, k=k, window=ctx.window32)
+    top = WindowTopK(axis="rows", n_lines=ctx.n, k=k, window=ctx.window32, exact_of=ctx.cos_of)
     L = isf.normaliser(ctx, beta, extra=(top,), desc="dynamic inverted softmax (normalisers, top-k)")
     cand = top.result()
     topk = exact_topk(cand, ctx.cos_of(cand.line, cand.other), k, ctx.n)
