@@ -35,7 +35,7 @@ COMMANDS: dict[str, Command] = {
     "train-truecaser": Command("data", "pseudopairs.data.text", "train a Moses truecaser"),
     "features": Command("features", "pseudopairs.features.extract", "ResNet average-pool image features"),
     "pretrain-features": Command("features", "pseudopairs.features.pretraining", "the demo world's ImageNet stand-in: a ResNet trained on world scenes"),
-    "train-fasttext": Command("model", "pseudopairs.smalr.step", "FastText vectors of one language from a run's training captions (paper 002)"),
+    "train-fasttext": Command("model", "pseudopairs.smalr.step", "FastText vectors of one language: trained on a run's training captions, or the published ones of their words (paper 002)"),
     "pretrain-hem": Command("model", "pseudopairs.smalr.step", "HEM's latent vocabulary and initial rows (paper 002 §3.1)"),
     "train": Command("model", "pseudopairs.model.training", "train a ranking model (one experiment, one seed)"),
     "train-stack": Command("model", "pseudopairs.model.stack_training", "train the seeds of one seed block together (one experiment)"),

@@ -78,6 +78,11 @@ def fasttext_vectors(experiment: str, seed: int | str, lang: str) -> str:
     return f"{smalr_dir(experiment, seed)}/fasttext.{lang}.vec"
 
 
+def fasttext_download(lang: str, *, gzipped: bool = True) -> str:
+    """The published FastText vectors of ``lang`` (``fasttext.source: download``), as fetched."""
+    return f"{RESULTS}/downloads/fasttext/{lang}.vec{'.gz' if gzipped else ''}"
+
+
 def hem_vocabulary(experiment: str, seed: int | str) -> str:
     """HEM's vocabulary: each language's specific words and the latent token of every other."""
     return f"{smalr_dir(experiment, seed)}/hem_vocab.json"
