@@ -53,6 +53,7 @@ COMMANDS: dict[str, Command] = {
     "pseudopair-figure": Command("report", "pseudopairs.report.figures", "Figure 1: transferred captions"),
     "training-curves": Command("report", "pseudopairs.report.figures", "validation curves of the tables' models"),
     "table-figure": Command("report", "pseudopairs.report.figures", "a table as grouped bars (004's Figure 3)"),
+    "parameters-figure": Command("report", "pseudopairs.report.parameters", "mean recall against trainable parameters (002's Figure 3)"),
     "table": Command("report", "pseudopairs.report.tables", "one of the paper's tables (mean, sd, n; paper)"),
     "tables-markdown": Command("report", "pseudopairs.report.tables", "all tables as Markdown"),
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),

@@ -135,6 +135,12 @@ def table_figure(table: str) -> str:
     return f"{RESULTS}/figures/{table}.png"
 
 
+def parameters_figure(name: str, ext: str = "png") -> str:
+    """Mean recall against trainable parameters (a table's ``parameters_figure``: paper 002's
+    Figure 3), as a PNG and its points as a CSV (:mod:`pseudopairs.report.parameters`)."""
+    return f"{RESULTS}/figures/{name}.{ext}"
+
+
 def rounds_summary(chain: str) -> str:
     """Iterated bootstrapping: one row per round of chain ``chain`` (:mod:`pseudopairs.report.rounds_summary`)."""
     return f"{RESULTS}/rounds_{chain}.csv"
