@@ -323,7 +323,8 @@ def test_downloads_and_light_steps_never_go_to_a_cluster(tmp_path):
         local = set(workflow._workflow._localrules)
     assert {"download_multi30k", "download_karpathy", "download_coco_images", "fetch", "table",
             "tables_markdown", "training_curves", "pseudopair_captions", "pseudopair_stats",
-            "pseudopair_figure", "download_translation_model"} <= local
+            "pseudopair_figure", "download_translation_model", "download_fasttext",
+            "parameters_figure"} <= local
     assert not {"train", "features", "evaluate", "mine", "translate", "convert_mt"} & local
 
 

@@ -78,6 +78,11 @@ def fasttext_vectors(experiment: str, seed: int | str, lang: str) -> str:
     return f"{smalr_dir(experiment, seed)}/fasttext.{lang}.vec"
 
 
+def fasttext_download(lang: str, *, gzipped: bool = True) -> str:
+    """The published FastText vectors of ``lang`` (``fasttext.source: download``), as fetched."""
+    return f"{RESULTS}/downloads/fasttext/{lang}.vec{'.gz' if gzipped else ''}"
+
+
 def hem_vocabulary(experiment: str, seed: int | str) -> str:
     """HEM's vocabulary: each language's specific words and the latent token of every other."""
     return f"{smalr_dir(experiment, seed)}/hem_vocab.json"
@@ -128,6 +133,12 @@ def training_curves() -> str:
 def table_figure(table: str) -> str:
     """A table drawn as bars (tables with ``figure: true``, e.g. paper 004's Figure 3)."""
     return f"{RESULTS}/figures/{table}.png"
+
+
+def parameters_figure(name: str, ext: str = "png") -> str:
+    """Mean recall against trainable parameters (a table's ``parameters_figure``: paper 002's
+    Figure 3), as a PNG and its points as a CSV (:mod:`pseudopairs.report.parameters`)."""
+    return f"{RESULTS}/figures/{name}.{ext}"
 
 
 def rounds_summary(chain: str) -> str:

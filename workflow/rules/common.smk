@@ -159,6 +159,20 @@ def table_figures():
     ]
 
 
+def parameters_figures():
+    """Each table's `parameters_figure` (paper 002's Figure 3) and its points (rule all)."""
+    return [
+        layout.parameters_figure(name, ext)
+        for name in report_contract.parameters_figures(config)
+        for ext in ("png", "csv")
+    ]
+
+
+def parameters_figure_pattern():
+    names = report_contract.parameters_figures(config)
+    return "|".join(re.escape(name) for name in names) if names else "$^"
+
+
 def pseudopair_outputs():
     """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
     outputs = []
@@ -647,6 +661,10 @@ def report_figures():
         if spec.get("figure"):  # "heading — caption"
             caption = "bars: ours (mean ± sd over seeds), the paper's number as a tick where known"
             figures.append((f"{spec['title']} — {caption}", layout.table_figure(name)))
+    for name, table in report_contract.parameters_figures(config).items():
+        title = config["tables"][table]["parameters_figure"].get("title", name)
+        caption = "mR (mean ± sd over seeds) against trainable parameters"
+        figures.append((f"{title} — {caption}", layout.parameters_figure(name)))
     return figures
 
 

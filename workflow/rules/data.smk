@@ -256,5 +256,6 @@ else:
             f"{DOWNLOADS}/coco/caption_datasets",
             coco_image_dirs(),
             translation_fetch_inputs(),
+            smalr_specs.fasttext_downloads(config),
         output:
             touch(f"{DOWNLOADS}/fetched"),

@@ -1,6 +1,34 @@
 # SMALR (paper 002, §3.1): the inputs of an experiment with model.text_encoder hem. FastText
-# vectors per language trained on the run's own training captions, then HEM's pretraining (its
-# latent vocabulary, hard assignment and initial rows), which that experiment's training reads.
+# vectors per language -- trained on the run's own training captions (fasttext.source: train), or
+# the published vectors (download) filtered to those captions' words -- then HEM's pretraining
+# (its latent vocabulary, hard assignment and initial rows), which that experiment's training reads.
+
+if smalr_specs.downloads_fasttext(config):
+
+    # Compute nodes often have no internet: the vectors are fetched where Snakemake runs (and by
+    # the `fetch` target on a login node), resumably, checked against fasttext.sha256 or the
+    # SHA-256 recorded for the URL in checksums.json.
+    localrules:
+        download_fasttext,
+
+    rule download_fasttext:
+        output:
+            smalr_specs.published_vectors(config, "{lang}"),
+        log:
+            layout.log("download_fasttext", "{lang}"),
+        benchmark:
+            layout.benchmark("download_fasttext", "{lang}")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("download_fasttext"),
+        params:
+            url=from_wildcards(smalr_specs.fasttext_download, "lang", key="url"),
+            sha256=lambda w: sha256_arg(smalr_specs.fasttext_download(config, w.lang)["sha256"]),
+            retries=PAPER.get("retries", 5),
+        shell:
+            "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
+            "--retries {params.retries:q} > {log:q} 2>&1"
 
 
 rule fasttext:

@@ -5,6 +5,7 @@
 localrules:
     table,
     table_figure,
+    parameters_figure,
     tables_markdown,
     training_curves,
 
@@ -62,6 +63,39 @@ rule table_figure:
     shell:
         "python -m pseudopairs table-figure --spec {params.spec:q} --table {input:q} "
         "--output {output:q} > {log:q} 2>&1"
+
+
+# Mean recall against trainable parameters (tables with `parameters_figure`: paper 002's
+# Figure 3), with its points as a CSV.
+rule parameters_figure:
+    input:
+        from_wildcards(report_contract.parameters_figure_inputs, "figure"),
+    output:
+        png=report(
+            layout.parameters_figure("{figure}"),
+            caption="../report/parameters_figure.rst",
+            category="Tables",
+            subcategory=REPORT_FIGURES,
+            labels=lambda w: {"name": w.figure},
+        ),
+        csv=layout.parameters_figure("{figure}", "csv"),
+    log:
+        layout.log("parameters_figure", "{figure}"),
+    benchmark:
+        layout.benchmark("parameters_figure", "{figure}")
+    wildcard_constraints:
+        figure=parameters_figure_pattern(),
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("parameters_figure"),
+    params:
+        spec=from_wildcards(
+            report_contract.parameters_figure_spec, "figure", to_json=True, sort_keys=False
+        ),
+    shell:
+        "python -m pseudopairs parameters-figure --spec {params.spec:q} --png {output.png:q} "
+        "--csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule tables_markdown:

@@ -101,6 +101,51 @@ def table_inputs(config: dict, table: str) -> list[str]:
     return [path for by_seed in table_spec(config, table)["metrics"].values() for path in by_seed.values()]
 
 
+def parameters_figures(config: dict) -> dict[str, str]:
+    """Figure name -> the table that declares it (``tables.T.parameters_figure.name``)."""
+    return {spec["parameters_figure"]["name"]: table
+            for table, spec in config.get("tables", {}).items() if spec.get("parameters_figure")}
+
+
+def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
+    """What the ``parameters-figure`` step reads (paper 002's Figure 3): the table's languages,
+    columns, test set and rows (those with one experiment), each experiment's ``metrics.json``
+    per seed of the table and, for a ``reference``, its HEM vocabularies and the widths of HEM's
+    rows (``hem.pca_dim``) and of its projection (``embedding_dim``)."""
+    from pseudopairs.model.contract import job_settings
+    from pseudopairs.smalr.specs import hem_settings
+
+    table = parameters_figures(config)[name]
+    spec = config["tables"][table]
+    figure = spec["parameters_figure"]
+    seeds = table_seeds(config, table)
+    rows = [{k: row[k] for k in ("label", "experiment", "beyond_paper", "paper") if k in row}
+            for row in spec["rows"] if "experiment" in row]
+    names = list(dict.fromkeys(row["experiment"] for row in rows))
+    reference = figure.get("reference")
+    if reference:
+        names = list(dict.fromkeys(names + [reference["experiment"]]))
+        reference = {"label": reference["label"], "experiment": reference["experiment"],
+                     "row_dim": int(hem_settings(config, reference["experiment"])["pca_dim"]),
+                     "output_dim": int(job_settings(config, reference["experiment"])["embedding_dim"]),
+                     "vocab": {str(seed): layout.hem_vocabulary(reference["experiment"], seed)
+                               for seed in seeds}}
+    out = {"name": name, "table": table, "title": figure.get("title", spec["title"]),
+           "langs": list(spec["langs"]), "columns": spec.get("columns"), "rows": rows,
+           "metrics": {n: {str(seed): layout.metrics(n, seed) for seed in seeds} for n in names}}
+    if reference:
+        out["reference"] = reference
+    if table_test_corpus(config, table) != config["evaluation"]["corpus"]:
+        out["retrieval_key"] = "portion_retrieval"
+    return out
+
+
+def parameters_figure_inputs(config: dict, name: str) -> list[str]:
+    spec = parameters_figure_spec(config, name)
+    paths = [p for by_seed in spec["metrics"].values() for p in by_seed.values()]
+    return paths + list(spec.get("reference", {}).get("vocab", {}).values())
+
+
 def method_check_spec(config: dict) -> dict[str, Any]:
     """The ``method-check`` step's input: the ``method_check`` section, the tables it names, the
     rows of each pseudopair table that train on pseudopairs, and the ``metrics.json`` of every
@@ -149,7 +194,37 @@ def training_logs(config: dict) -> list[str]:
 
 
 def check(config: dict) -> list[str]:
-    return _pseudopair_stats_errors(config) + _method_check_errors(config) + _table_errors(config)
+    return (_pseudopair_stats_errors(config) + _method_check_errors(config) + _table_errors(config)
+            + _parameters_figure_errors(config))
+
+
+def _parameters_figure_errors(config: dict) -> list[str]:
+    """A ``parameters_figure`` belongs to a retrieval table, its name is used once, and its
+    ``reference`` names an experiment with the hem text encoder."""
+    from pseudopairs.model.contract import uses_hem
+
+    messages, seen = [], {}
+    experiments = config.get("experiments", {})
+    for table, spec in config.get("tables", {}).items():
+        figure = spec.get("parameters_figure")
+        if not figure:
+            continue
+        where = f"config key 'tables.{table}.parameters_figure"
+        if spec.get("kind") != "retrieval":
+            messages.append(f"{where}': only a retrieval table has one")
+        if figure["name"] in seen:
+            messages.append(f"{where}.name': {figure['name']!r} is also the figure of "
+                            f"tables.{seen[figure['name']]}")
+        seen.setdefault(figure["name"], table)
+        reference = figure.get("reference")
+        if reference:
+            name = reference["experiment"]
+            if name not in experiments:
+                messages.append(f"{where}.reference.experiment': unknown experiment {name!r}")
+            elif not uses_hem(config, name):
+                messages.append(f"{where}.reference.experiment': {name!r} does not use the hem "
+                                "text encoder (its HEM vocabulary gives the words counted)")
+    return messages
 
 
 def _pseudopair_stats_errors(config: dict) -> list[str]:

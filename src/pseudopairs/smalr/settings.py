@@ -9,9 +9,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pseudopairs.settings import Settings, setting
+from pseudopairs.settings import Settings, SettingsError, setting
 
 PRETRAIN_MODES = ("straight_through", "soft")
+
+#: Where an experiment's FastText vectors come from: trained on the run's own training text, or
+#: the published Common Crawl vectors (002 §3.1) downloaded once per language and filtered to the
+#: run's words.
+FASTTEXT_SOURCES = ("train", "download")
+
+#: fastText's published 300-d Common Crawl + Wikipedia vectors (Grave et al. 2018), ``{lang}`` an
+#: ISO 639-1 code; no checksum is published (checksums.json records none yet).
+PUBLISHED_FASTTEXT_URL = "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.vec.gz"
+
+#: The ``fasttext`` settings that change a trained model (the ``fasttext`` job's spec carries only
+#: these: where the vectors come from is the rule's input, not its parameter).
+FASTTEXT_TRAINING = ("dim", "epochs", "window", "min_count")
+
+_SHA256 = {"type": "object", "propertyNames": {"pattern": "^[a-z]{2}$"},
+           "additionalProperties": {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"}}
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,29 @@ class FastTextSettings(Settings):
     epochs: int = setting(5, kind=int, low=1, doc="passes over the run's training text")
     window: int = setting(5, kind=int, low=1, doc="context window")
     min_count: int = setting(1, kind=int, low=1, doc="words seen fewer times get no vector of their own")
+    source: str = setting("train", kind=str, choices=FASTTEXT_SOURCES,
+                          doc="train: FastText trained on each run's own training captions; "
+                              "download: the published vectors (rule download_fasttext, url), "
+                              "filtered to the words of the run's training captions (002)")
+    url: str = setting(PUBLISHED_FASTTEXT_URL, kind=str,
+                       doc="source download: where each language's .vec or .vec.gz is, "
+                           "'{lang}' replaced by the language code")
+    sha256: dict = setting({}, kind=dict, shape=_SHA256,
+                           doc="source download: language -> the file's SHA-256; absent or null "
+                               "uses the one recorded in src/pseudopairs/data/checksums.json for "
+                               "the URL (none recorded yet for fastText's files: unverified)")
+
+    def check(self) -> None:
+        if "{lang}" not in self.url:
+            raise self.bad("url", "must contain '{lang}' (replaced by each language code)")
+        for lang, digest in self.sha256.items():
+            if digest is not None and (not isinstance(digest, str) or len(digest) != 64
+                                       or any(c not in "0123456789abcdefABCDEF" for c in digest)):
+                raise SettingsError(f"{self.SECTION}.sha256.{lang}: must be a 64-digit hex "
+                                    f"SHA-256 or null, got {digest!r}")
+
+    def download_url(self, lang: str) -> str:
+        return self.url.replace("{lang}", lang)
 
 
 @dataclass(frozen=True)

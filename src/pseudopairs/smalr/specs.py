@@ -2,7 +2,9 @@
 workflow/rules/smalr.smk): which experiments need them (``model.text_encoder: hem``), the text
 each trains on (the run's own training captions, as its vocabulary would be built), and their
 settings (the config's ``fasttext`` / ``hem`` sections, an experiment's ``hem`` entries over
-them)."""
+them). With ``fasttext.source: download`` the ``fasttext`` job filters the published vectors
+(rule ``download_fasttext``, one file per language) to the words of the run's captions instead
+of training; its output path, which ``pretrain_hem`` reads, is the same."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 from pseudopairs.experiments import experiment
 from pseudopairs.model import contract as model_contract
 from pseudopairs import layout
+from pseudopairs.smalr.settings import FASTTEXT_TRAINING, FastTextSettings
 
 
 def uses_hem(config: dict, name: str) -> bool:
@@ -35,16 +38,54 @@ def sentence_refs(config: dict, name: str, seed: int) -> list[dict[str, str]]:
     return refs
 
 
+def fasttext_settings(config: dict) -> FastTextSettings:
+    return FastTextSettings.from_dict(config.get("fasttext"))
+
+
+def downloads_fasttext(config: dict) -> bool:
+    """``fasttext.source: download``: the published vectors, not vectors trained per run."""
+    return fasttext_settings(config).source == "download"
+
+
+def published_vectors(config: dict, lang: str) -> str:
+    """Where rule ``download_fasttext`` puts ``lang``'s published vectors (gzipped or not, as
+    the URL's file is)."""
+    url = fasttext_settings(config).download_url(lang)
+    return layout.fasttext_download(lang, gzipped=url.endswith(".gz"))
+
+
+def fasttext_download(config: dict, lang: str) -> dict[str, Any]:
+    """Rule ``download_fasttext``'s URL and SHA-256 for ``lang`` (None: the recorded one)."""
+    settings = fasttext_settings(config)
+    return {"url": settings.download_url(lang), "sha256": settings.sha256.get(lang),
+            "output": published_vectors(config, lang)}
+
+
+def fasttext_downloads(config: dict) -> list[str]:
+    """The published vectors of every language a hem experiment trains on (``fetch``); none when
+    the vectors are trained."""
+    if not downloads_fasttext(config):
+        return []
+    return [published_vectors(config, lang) for lang in sorted({lang for _, lang in hem_runs(config)})]
+
+
 def fasttext_spec(config: dict, name: str, seed: int, lang: str) -> dict[str, Any]:
+    """The ``fasttext`` job: the run's ``lang`` training captions, seed and training settings;
+    with ``fasttext.source: download`` also the published vectors it filters to their words."""
     captions = [r["captions"] for r in sentence_refs(config, name, seed) if r["lang"] == lang]
     if not captions:
         raise ValueError(f"experiment {name}: no {lang!r} training captions for FastText")
-    return {"experiment": name, "seed": int(seed), "lang": lang, "captions": captions,
-            "settings": dict(config.get("fasttext", {}))}
+    section = config.get("fasttext", {})
+    spec = {"experiment": name, "seed": int(seed), "lang": lang, "captions": captions,
+            "settings": {k: section[k] for k in FASTTEXT_TRAINING if k in section}}
+    if downloads_fasttext(config):
+        spec["published"] = published_vectors(config, lang)
+    return spec
 
 
 def fasttext_inputs(config: dict, name: str, seed: int, lang: str) -> list[str]:
-    return sorted(set(fasttext_spec(config, name, seed, lang)["captions"]))
+    spec = fasttext_spec(config, name, seed, lang)
+    return sorted(set(spec["captions"]) | ({spec["published"]} if "published" in spec else set()))
 
 
 def hem_settings(config: dict, name: str) -> dict[str, Any]:

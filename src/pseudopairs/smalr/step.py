@@ -1,6 +1,7 @@
 """SMALR's pipeline steps (paper 002 §3.1): ``train-fasttext`` (FastText vectors of one language,
-trained on a run's own training captions) and ``pretrain-hem`` (HEM's latent vocabulary, hard
-assignment and initial rows from those captions and vectors). Their inputs are made by
+trained on a run's own training captions, or the published vectors of their words) and
+``pretrain-hem`` (HEM's latent vocabulary, hard assignment and initial rows from those captions
+and vectors). Their inputs are made by
 :mod:`pseudopairs.smalr.specs`; their outputs are the ``hem`` text encoder's vocabulary and initial
 state (:mod:`pseudopairs.model.text_encoders`), which ``train`` reads."""
 
@@ -30,19 +31,45 @@ def training_sentences(captions: str, lang: str):
 
 
 def train_fasttext_step(spec: dict, output) -> dict:
-    """FastText vectors of ``spec["lang"]`` from the run's caption tables (seeded with the run's
-    seed), written to ``output`` (``.vec``, atomically)."""
-    from pseudopairs.smalr.fasttext import train_fasttext
-
+    """FastText vectors of ``spec["lang"]`` from the run's caption tables, written to ``output``
+    (``.vec``, atomically): trained on them (seeded with the run's seed), or, when the spec names
+    ``published`` vectors (``fasttext.source: download``), those of the published file for the
+    words of the captions (:func:`published_for_captions`)."""
     settings = FastTextSettings.from_dict(spec.get("settings"))
     sentences = []
     for captions in spec["captions"]:
         frame = training_sentences(captions, spec["lang"])
         sentences += [text.split() for text in frame["text"].astype(str)]
+    if spec.get("published"):
+        return published_for_captions(spec["published"], sentences, output, dim=settings.dim)
+    from pseudopairs.smalr.fasttext import train_fasttext
+
     vectors = train_fasttext(sentences, output, dim=settings.dim, seed=int(spec["seed"]),
                              epochs=settings.epochs, min_count=settings.min_count,
                              window=settings.window)
     return {"sentences": len(sentences), "words": len(vectors.words), "dim": vectors.dim}
+
+
+def published_for_captions(published, sentences, output, *, dim: int) -> dict:
+    """The vectors of ``published`` (a ``.vec``/``.vec.gz`` file of ``dim``-d vectors) for the
+    words of ``sentences``, in the file's order, written to ``output``. Words the file lacks get
+    no vector (HEM counts them as missing); a file that has none of the words is an error naming
+    it."""
+    from pseudopairs.smalr.fasttext import read_vec, write_vec
+
+    words = {w for sentence in sentences for w in sentence}
+    if not words:
+        raise ValueError("no words in the training captions to look up in the published vectors")
+    vectors = read_vec(published, words=words, dim=dim)
+    if not vectors.words:
+        raise ValueError(f"{published}: none of the {len(words)} words of the training captions "
+                         "has a vector there (wrong language, or differently tokenised?)")
+    write_vec(output, vectors.words, vectors.vectors)
+    missing = len(words) - len(vectors.words)
+    log.info("%s: %d of %d words found (%d missing)", published, len(vectors.words), len(words),
+             missing)
+    return {"sentences": len(sentences), "words": len(vectors.words), "missing": missing,
+            "dim": vectors.dim, "published": str(published)}
 
 
 def pretrain_hem_step(spec: dict, *, vocab_out, init_out) -> dict:
