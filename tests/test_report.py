@@ -441,11 +441,12 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert view.frame_tables == 17 + 1 + 2 + 1, view.frame_text[:3000]
     assert "precision of the pseudopairs (demo world)" in view.frame_text
     # an effect chart per table with two rows of models (Tables 4 and 7, both chains' rounds), the
-    # training curves, Figure 1, 004's Figure 3 as bars
-    assert view.frame_images == 4 + 3
+    # training curves, Figure 1, 004's Figure 3 as bars, 002's Figure 3 (mR against parameters)
+    assert view.frame_images == 4 + 4
     for text in ("Table 1: English M30K test 2016", "Table 7: translation retrieval", "Method check",
                  "§7.2", "Training curves", "Figure 1", "+ pseudo CSLS †", "DPCCA", "82.6", "De + COCO",
-                 "004 Table 7: high-to-low resource transfer", "004 Figure 3", "T→I R@10"):
+                 "004 Table 7: high-to-low resource transfer", "004 Figure 3", "T→I R@10",
+                 "002 Figure 3"):
         assert text in view.frame_text, text
     assert browser.non_blank(shot, region=(0.3, 0.0, 1.0, 1.0)), f"the report's frame is blank: {shot}"
     table = browser.view_report(report, "Table 4", subcategory=PAGES)
