@@ -78,8 +78,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-@pytest.fixture()
-def server():
+def serve():
+    """An HTTP server on 127.0.0.1 (no external network) for the download tests: (base URL, its
+    state); the ``server`` fixture here and in other test modules."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     httpd.state = _State()
@@ -89,6 +90,9 @@ def server():
     yield base, httpd.state
     httpd.shutdown()
     httpd.server_close()
+
+
+server = pytest.fixture(serve, name="server")
 
 
 def main(argv):

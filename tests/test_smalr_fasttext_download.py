@@ -10,8 +10,6 @@ import copy
 import gzip
 import hashlib
 import re
-import threading
-from http.server import ThreadingHTTPServer
 
 import numpy as np
 import pandas as pd
@@ -28,8 +26,11 @@ from pseudopairs.smalr import specs
 from pseudopairs.smalr.fasttext import read_vec
 from pseudopairs.smalr.settings import PUBLISHED_FASTTEXT_URL, FastTextSettings
 from pseudopairs.smalr.step import train_fasttext_step
-from test_download import _Handler, _State
+from test_download import serve
 from test_experiments import demo
+
+# test_download's HTTP server on 127.0.0.1 (no external network): (base URL, its state)
+server = pytest.fixture(serve, name="server")
 
 # a published file in miniature: 5 German words, 3-d, gzipped as fastText publishes them
 VEC = ("5 3\n"
@@ -56,19 +57,6 @@ def _captions(path, rows):
                           for i, (lang, text) in enumerate(rows)], columns=CAPTION_COLUMNS)
     frame.to_parquet(path)
     return str(path)
-
-
-@pytest.fixture(name="server")
-def local_server():
-    """test_download's HTTP server on 127.0.0.1 (no external network): (base URL, its state)."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    httpd.state = _State()
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", httpd.state
-    httpd.shutdown()
-    httpd.server_close()
 
 
 # --- config ---------------------------------------------------------------------------------
