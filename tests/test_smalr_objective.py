@@ -140,3 +140,19 @@ def test_smalr_with_the_hem_text_encoder_trains(tmp_path):
                                             "max_updates": 20}, out_dir=tmp_path / "b", seed=1)
     assert a["best_score"] == b["best_score"]
     assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
+
+
+def test_mclm_targets_get_no_gradient_when_detached():
+    """smalr_mclm_detach: the unmasked representations are targets only, so MCLM cannot lower its
+    loss by making every representation alike; without it they get the loss's gradient."""
+    for detach in (True, False):
+        encoded = _two_sentences()
+        for e in encoded.values():
+            e.full.requires_grad_(True)
+            e.average.requires_grad_(True)
+        terms = smalr_terms(_t([[1, 0], [0, 1]]), encoded, _identity_heads(), margin=0.2, top_k=10,
+                            detach_targets=detach)
+        assert terms["mclm"].item() == pytest.approx(4.0)  # the same value either way
+        terms["mclm"].backward()
+        full_grad = encoded["m30k.en"].full.grad
+        assert (full_grad is None or not full_grad.abs().sum().item()) == detach

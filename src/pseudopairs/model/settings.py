@@ -92,6 +92,10 @@ class TrainingSettings(Settings):
     smalr_mclm_weight: float = setting(5e-2, kind=float, low=0,
                                        doc="smalr: weight of masked cross-language modelling (002 "
                                            "Eq. 4's third weight, 5e-2; 0: HEM without MCLM)")
+    smalr_mclm_detach: bool = setting(True, kind=bool,
+                                      doc="smalr: no gradient through MCLM's targets (the unmasked "
+                                          "representations; 002 does not say). With a gradient, "
+                                          "making every representation alike lowers the loss")
     smalr_language_hidden: int | None = setting(None, kind=int, low=1, optional=True,
                                                 doc="smalr: hidden units of the language classifier "
                                                     "(none: one linear layer)")

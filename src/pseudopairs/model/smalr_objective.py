@@ -21,7 +21,7 @@ one image collection, one caption per c2i data set (language) per image. One upd
   representations, concatenated, predict both unmasked ones through one layer shared by every
   language pair; at the sentence level (the GRU's output on the sentence with its masked words
   replaced) and at the average level (the mean word vector without the masked words), one head
-  per level (§7.4).
+  per level (§7.4). With ``smalr_mclm_detach`` (default) the unmasked targets get no gradient.
 
 Masked words are replaced by UNK (neither vocabulary has a MASK token; UNK is the token the
 model already reads for a word it does not know). Eq. (4)'s weights are 002's (1e-4, 1e-6, 5e-2),
@@ -103,7 +103,7 @@ def encode_batch(model, batch: JointBatch, langs: dict, *, fraction: float,
 
 
 def smalr_terms(images: torch.Tensor, encoded: dict[str, Encoded], heads: SmalrHeads, *,
-                margin: float, top_k: int) -> dict[str, torch.Tensor]:
+                margin: float, top_k: int, detach_targets: bool = False) -> dict[str, torch.Tensor]:
     """The four unweighted terms of one update (module docstring) on encoded captions."""
     sets = list(encoded.values())
     device = images.device
@@ -128,9 +128,10 @@ def smalr_terms(images: torch.Tensor, encoded: dict[str, Encoded], heads: SmalrH
         if len(common) == 0:
             continue
         ia, ib = torch.as_tensor(ia, device=device), torch.as_tensor(ib, device=device)
-        mclm = mclm + mclm_loss(heads.sentence, a.full[ia], b.full[ib], a.masked[ia], b.masked[ib])
+        mclm = mclm + mclm_loss(heads.sentence, a.full[ia], b.full[ib], a.masked[ia], b.masked[ib],
+                                detach_targets=detach_targets)
         mclm = mclm + mclm_loss(heads.average, a.average[ia], b.average[ib],
-                                a.average_masked[ia], b.average_masked[ib])
+                                a.average_masked[ia], b.average_masked[ib], detach_targets=detach_targets)
     terms["mclm"] = mclm
     return terms
 
@@ -193,7 +194,7 @@ def smalr_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
                                    fraction=settings["smalr_mask_fraction"],
                                    generator=state.generator)
     terms = smalr_terms(images, encoded, state.heads, margin=settings["margin"],
-                        top_k=settings["smalr_top_k"])
+                        top_k=settings["smalr_top_k"], detach_targets=settings["smalr_mclm_detach"])
     loss = total_loss(terms, settings)
     optimise(model, trainer.optimizer, loss, grad_clip=settings["grad_clip"])
     if settings["grad_clip"] > 0:
