@@ -192,6 +192,37 @@ def translated_captions_sidecar(dataset: str) -> str:
     return f"{RESULTS}/translations/{dataset}/train.json"
 
 
+def clc_parallel_text(split: str, lang: str) -> str:
+    """Parallel text (one raw sentence per line, line k of every language the same sentence) of
+    the translation models behind Cross-Lingual Consistency (paper 002 §3.4)."""
+    return f"{RESULTS}/clc/parallel/{split}.{lang}"
+
+
+def clc_trained_model(direction: str) -> str:
+    """``train-mt`` output of one CLC translation direction (e.g. ``fr2de``)."""
+    return f"{RESULTS}/clc/mt/{direction}/trained"
+
+
+def clc_model(direction: str) -> str:
+    """The CTranslate2 model of one CLC translation direction (``convert-mt`` output)."""
+    return f"{RESULTS}/clc/mt/{direction}/ctranslate2"
+
+
+def clc_translations(direction: str, split: str) -> str:
+    """The translation corpus' ``split`` captions of the direction's source language, translated
+    (a caption table aligned with its source rows by image_id and caption_idx)."""
+    return f"{RESULTS}/clc/translations/{direction}/{split}.parquet"
+
+
+def clc_translations_sidecar(direction: str, split: str) -> str:
+    return f"{RESULTS}/clc/translations/{direction}/{split}.json"
+
+
+def clc_metrics(experiment: str, seed: int | str) -> str:
+    """Retrieval with Cross-Lingual Consistency (CLC-A, CLC-C) of one model, beside metrics.json."""
+    return f"{model_dir(experiment, seed)}/metrics.clc.json"
+
+
 def table(name: str) -> str:
     return f"{RESULTS}/{name}.csv"
 

@@ -20,6 +20,7 @@ from pseudopairs.model import contract as model_contract
 from pseudopairs.report import contract as report_contract
 from pseudopairs.report import effects as report_effects
 from pseudopairs.report import pages
+from pseudopairs.smalr import clc_contract
 from pseudopairs.smalr import specs as smalr_specs
 from pseudopairs.translation import contract as translation_contract
 
@@ -363,6 +364,29 @@ def translation_truecase_args(wildcards, input):
     if config["text"]["case"] != "truecase":
         return []
     lang = data_contract.dataset(config, wildcards.dataset)["lang"]
+    return ["--truecase-model", f"{lang}={layout.truecase_model(lang)}"]
+
+
+def clc_direction_pattern(*, trained):
+    """The CLC translation directions (paper 002 §3.4): those trained here (``trained``) or all."""
+    names = (
+        clc_contract.trained_directions(config)
+        if trained
+        else list(clc_contract.directions(config))
+    )
+    return "|".join(re.escape(name) for name in names) if names else "$^"
+
+
+def clc_truecase_inputs(wildcards):
+    if config["text"]["case"] != "truecase":
+        return []
+    return [layout.truecase_model(clc_contract.direction(config, wildcards.direction)[1])]
+
+
+def clc_truecase_args(wildcards, input):
+    if config["text"]["case"] != "truecase":
+        return []
+    lang = clc_contract.direction(config, wildcards.direction)[1]
     return ["--truecase-model", f"{lang}={layout.truecase_model(lang)}"]
 
 

@@ -94,11 +94,17 @@ def table_spec(config: dict, table: str) -> dict[str, Any]:
                         for name in table_experiments(config, table)}}
     if table_test_corpus(config, table) != config["evaluation"]["corpus"]:
         spec["retrieval_key"] = "portion_retrieval"
+    clc = list(dict.fromkeys(row["experiment"] for row in config["tables"][table]["rows"] if row.get("clc")))
+    if clc:   # rows with paper 002's Cross-Lingual Consistency read metrics.clc.json
+        spec["clc_metrics"] = {name: {str(seed): layout.clc_metrics(name, seed)
+                                      for seed in table_seeds(config, table)} for name in clc}
     return spec
 
 
 def table_inputs(config: dict, table: str) -> list[str]:
-    return [path for by_seed in table_spec(config, table)["metrics"].values() for path in by_seed.values()]
+    spec = table_spec(config, table)
+    return [path for part in ("metrics", "clc_metrics") for by_seed in spec.get(part, {}).values()
+            for path in by_seed.values()]
 
 
 def parameters_figures(config: dict) -> dict[str, str]:
@@ -120,7 +126,7 @@ def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
     figure = spec["parameters_figure"]
     seeds = table_seeds(config, table)
     rows = [{k: row[k] for k in ("label", "experiment", "beyond_paper", "paper") if k in row}
-            for row in spec["rows"] if "experiment" in row]
+            for row in spec["rows"] if "experiment" in row and not row.get("clc")]
     names = list(dict.fromkeys(row["experiment"] for row in rows))
     reference = figure.get("reference")
     if reference:
@@ -194,8 +200,10 @@ def training_logs(config: dict) -> list[str]:
 
 
 def check(config: dict) -> list[str]:
+    from pseudopairs.smalr.clc_contract import check as clc_errors   # the tables' CLC rows (002 §3.4)
+
     return (_pseudopair_stats_errors(config) + _method_check_errors(config) + _table_errors(config)
-            + _parameters_figure_errors(config))
+            + _parameters_figure_errors(config) + clc_errors(config))
 
 
 def _parameters_figure_errors(config: dict) -> list[str]:

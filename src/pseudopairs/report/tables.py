@@ -86,10 +86,12 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
     langs = spec["langs"]
     columns = table_metrics(spec)
     listed = tuple(spec.get("columns") or RETRIEVAL_COLUMNS)   # what the paper's lists hold
-    key = spec.get("retrieval_key", "retrieval")
     records = []
     for row in spec["rows"]:
-        runs = {lang: metrics.get(row_experiment(row, lang), []) for lang in langs}
+        # a CLC row: its experiment's metrics.clc.json, under the row's aggregate (clc_a, clc_c)
+        key = row["clc"] if row.get("clc") else spec.get("retrieval_key", "retrieval")
+        runs = {lang: metrics.get(clc_key(row["experiment"]) if row.get("clc") else row_experiment(row, lang), [])
+                for lang in langs}
         names = ({lang: row_experiment(row, lang) for lang in langs} if "experiments" in row else None)
         record = {"row": row["label"],
                   "experiment": (", ".join(f"{lang}: {n}" for lang, n in names.items() if n) if names
@@ -147,11 +149,32 @@ def translation_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFram
     return pd.DataFrame.from_records(records)
 
 
+def clc_key(name: str) -> tuple[str, str]:
+    """Where :func:`load_metrics` keeps experiment ``name``'s metrics.clc.json (a row with ``clc``)."""
+    return ("clc", name)
+
+
+def _read_runs(by_seed: dict, name: str, what: str) -> list[dict]:
+    runs = []
+    for seed, path in by_seed.items():
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: {what} of experiment {name!r} seed {seed} are missing")
+        with reading(path, f"a {what} file", fix="delete it and rerun its job"):
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+    return runs
+
+
 def load_metrics(spec: dict) -> dict[str, list[dict]]:
     """Read the ``metrics.json`` files the rule passes in ``spec["metrics"]`` (experiment → seed
     → path, made by :func:`pseudopairs.report.contract.table_spec`), for every experiment a row
-    names; a missing file is an error."""
-    metrics: dict[str, list[dict]] = {}
+    names, and for rows with ``clc`` their ``spec["clc_metrics"]`` (under :func:`clc_key`); a
+    missing file is an error."""
+    metrics: dict = {}
+    for name in dict.fromkeys(row["experiment"] for row in spec["rows"] if row.get("clc")):
+        if name not in spec.get("clc_metrics", {}):
+            raise ValueError(f"table spec: no metrics.clc.json files given for experiment {name!r}")
+        metrics[clc_key(name)] = _read_runs(spec["clc_metrics"][name], name, "metrics.clc.json")
     for name in (n for row in spec["rows"] for n in row_experiments(row)):
         if name in metrics:
             continue

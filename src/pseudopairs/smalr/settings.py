@@ -104,3 +104,40 @@ class HemSettings(Settings):
                                 batch_images=self.batch_images,
                                 sentences_per_image=self.sentences_per_image, mode=self.mode,
                                 seed=int(seed))
+
+
+#: Where the parallel text of the CLC translation models comes from: the demo world's parallel
+#: sentences realised in every CLC language, or the translation corpus' own train / val captions
+#: (Multi30K task 1: 29K sentences per language, line k of every language the same image).
+CLC_PARALLEL_SOURCES = ("world", "corpus")
+
+#: How a table row aggregates the (language, query, image) scores of Cross-Lingual Consistency
+#: (``tables.T.rows[i].clc``): the mean over languages (CLC-A) or 002's small MLP (CLC-C). Each
+#: is a key of metrics.clc.json.
+CLC_AGGREGATES = ("clc_a", "clc_c")
+
+
+@dataclass(frozen=True)
+class CLCSettings(Settings):
+    """The config's ``clc`` section: Cross-Lingual Consistency at test time (002 §3.4). Its
+    languages are those of the tables with CLC rows; every ordered pair of them is a translation
+    direction, trained with ``translation.train`` (the one of ``translation.model`` reused)."""
+
+    SECTION = "clc"
+
+    parallel: str = setting("world", kind=str, choices=CLC_PARALLEL_SOURCES,
+                            doc="parallel text of the translation models: world (demo) or corpus "
+                                "(the translation corpus' train / val captions: Multi30K task 1)")
+    parallel_train: int = setting(10000, kind=int, low=1,
+                                  doc="parallel world: sentences per language for training")
+    parallel_val: int = setting(500, kind=int, low=1,
+                                doc="parallel world: sentences per language for validation (BLEU)")
+    hidden: int = setting(32, kind=int, low=1, doc="CLC-C's hidden units (002: 32)")
+    iterations: int = setting(30, kind=int, low=1, doc="CLC-C's full-batch steps (002: 30)")
+    learning_rate: float = setting(1e-2, kind=float, low=0, low_open=True,
+                                   doc="CLC-C's Adam (002: not given)")
+    margin: float = setting(0.2, kind=float, low=0, doc="Eq. (3)'s margin (002: blank)")
+    top_k: int = setting(10, kind=int, low=1, doc="most violated negatives (002: blank)")
+    init: str = setting("uniform", kind=str, choices=("uniform", "constant"),
+                        doc="CLC-C's initial weights (docs/smalr.md)")
+    seed: int = setting(0, kind=int, low=0, doc="CLC-C's initialisation (+ the model's seed)")

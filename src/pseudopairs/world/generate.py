@@ -151,6 +151,22 @@ def parallel_pairs(settings: WorldSettings, split: str) -> list[tuple[str, str]]
     return pairs
 
 
+def parallel_sentences(settings: WorldSettings, split: str, n: int,
+                       langs: tuple[str, ...]) -> list[dict[str, str]]:
+    """``n`` parallel sentences in each of ``langs`` (lang -> sentence), drawn as
+    :func:`parallel_pairs` draws them: sentence k is pair k's, realised in more languages (the
+    spec alone draws from the caption generator, so its English and German are pair k's)."""
+    out = []
+    for index in range(int(n)):
+        corpus = CORPORA[index % len(CORPORA)]
+        scene = world_scene(settings, image_rng(settings.seed, "parallel", split, index, f"scene.{corpus}"),
+                            image_rng(settings.seed, "parallel", split, index, f"details.{corpus}"), corpus)
+        _, texts = parallel_captions(scene, rng=image_rng(settings.seed, "parallel", split, index, "caption"),
+                                     langs=tuple(langs), style=settings.caption_style)
+        out.append(texts)
+    return out
+
+
 def parallel_text_path(out_root: str | Path, split: str, lang: str) -> Path:
     return Path(out_root) / "world" / "parallel" / f"{split}.{lang}"
 

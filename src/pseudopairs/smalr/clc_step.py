@@ -1,0 +1,217 @@
+"""Cross-Lingual Consistency's steps (paper 002 §3.4): ``clc-parallel-text`` (the parallel text
+of the translation models) and ``evaluate-clc`` (``metrics.clc.json``: every test query of the
+translation corpus scored in each CLC language — the query itself in its own language, its
+machine translations in the others, each encoded by the model in that language — and the
+(language, query, image) scores aggregated by CLC-A, the mean, and CLC-C, the MLP trained on the
+validation split's scores; image–sentence retrieval metrics per query language)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pseudopairs import commands
+from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic, write_text_atomic
+from pseudopairs.similarity.metrics import metrics_from_ranks
+
+log = logging.getLogger(__name__)
+
+KEYS = ["image_id", "caption_idx"]
+
+
+# ---------------------------------------------------------------------------------------------
+# parallel text
+
+
+def parallel_lines(spec: dict) -> dict[str, dict[str, list[str]]]:
+    """split -> lang -> sentences, line k of every language the same sentence."""
+    langs = tuple(spec["langs"])
+    if spec["source"] == "world":
+        from pseudopairs.world.generate import parallel_sentences
+        from pseudopairs.world.settings import WorldSettings
+        world = WorldSettings.from_dict(spec["world"])
+        return {split: {lang: [s[lang] for s in sentences] for lang in langs}
+                for split, n in spec["sizes"].items()
+                for sentences in [parallel_sentences(world, split, n, langs)]}
+    out = {}
+    for split, path in spec["captions"].items():
+        frame = read_captions(path)
+        wide = None
+        for lang in langs:
+            rows = frame[frame["lang"] == lang][KEYS + ["raw"]].rename(columns={"raw": lang})
+            if rows.empty:
+                raise ValueError(f"{path}: no {lang!r} captions for the CLC parallel text")
+            wide = rows if wide is None else wide.merge(rows, on=KEYS, how="inner")
+        wide = wide.sort_values(KEYS, kind="stable")
+        out[split] = {lang: wide[lang].tolist() for lang in langs}
+    return out
+
+
+def write_parallel_text(spec: dict, outputs: dict[str, str]) -> dict[str, int]:
+    """Write each ``{split}_{lang}`` file of ``outputs`` (one sentence a line, atomically)."""
+    lines = parallel_lines(spec)
+    for key, path in outputs.items():
+        split, lang = key.rsplit("_", 1)
+        write_text_atomic(path, "".join(line.replace("\n", " ") + "\n" for line in lines[split][lang]))
+    return {split: len(next(iter(by_lang.values()))) for split, by_lang in lines.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# scores and ranks
+
+
+def query_versions(captions: pd.DataFrame, translations: dict[str, pd.DataFrame], image_ids: list[str],
+                   *, lang: str, langs: list[str], source: str, features: str,
+                   names: dict[str, str] | None = None) -> tuple[dict[str, list[str]], np.ndarray]:
+    """The queries of language ``lang`` (its captions of images with features, in table order) in
+    every language of ``langs``: the captions themselves, else their translation (matched by
+    image_id and caption_idx); and each query's image row."""
+    row_of = {image_id: i for i, image_id in enumerate(image_ids)}
+    subset = captions[captions["lang"] == lang]
+    if subset.empty:
+        raise ValueError(f"{source}: no captions in language {lang!r}")
+    known = subset["image_id"].isin(row_of)
+    if not known.all():
+        check_missing_images(features, subset.loc[~known, "image_id"], captions=source)
+        subset = subset[known]
+    versions = {}
+    for target in langs:
+        if target == lang:
+            versions[target] = subset["text"].tolist()
+            continue
+        table = translations[target]
+        where = (names or {}).get(target, f"translations {lang}->{target}")
+        merged = subset[KEYS].merge(table[KEYS + ["text"]], on=KEYS, how="left", validate="one_to_one")
+        if merged["text"].isna().any():
+            raise ValueError(f"{where}: {int(merged['text'].isna().sum())} {lang} captions of {source} "
+                             "have no translation (delete it and rerun its translate_clc job)")
+        versions[target] = merged["text"].tolist()
+    index = np.array([row_of[i] for i in subset["image_id"]], dtype=np.int64)
+    return versions, index
+
+
+def score_tensor(images: torch.Tensor, versions: list[torch.Tensor], similarity: str) -> torch.Tensor:
+    """(L, Q, I) float64: ``similarity`` between image i and version l of query q."""
+    from pseudopairs.similarity.functions import SIMILARITIES
+    scores = SIMILARITIES.get(similarity).scores
+    images = torch.as_tensor(images, dtype=torch.float64)
+    return torch.stack([scores(images, torch.as_tensor(v, dtype=torch.float64)).t() for v in versions])
+
+
+def ranks_from_scores(scores: torch.Tensor, index) -> dict[str, np.ndarray]:
+    """0-based ranks of a (Q, I) score matrix where query q describes image ``index[q]``, as the
+    project's reference engine ranks (a correct candidate first among equal scores): T→I, the
+    images scoring above the query's own; I→T (images with a query), the other images' queries
+    scoring above its best one."""
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    index = torch.as_tensor(np.asarray(index), dtype=torch.int64)
+    q = torch.arange(scores.shape[0])
+    own = scores[q, index]
+    t2i = (scores > own.unsqueeze(1)).sum(dim=1)
+    correct = torch.zeros_like(scores, dtype=torch.bool)
+    correct[q, index] = True
+    best = scores.masked_fill(~correct, float("-inf")).max(dim=0).values           # (I,)
+    rows = torch.unique(index)
+    above = ((scores > best.unsqueeze(0)) & ~correct).sum(dim=0)
+    return {"i2t": above[rows].numpy(), "t2i": t2i.numpy()}
+
+
+def retrieval_from_scores(scores, index) -> dict[str, float]:
+    ranks = ranks_from_scores(scores, index)
+    return metrics_from_ranks(i2t_ranks=ranks["i2t"], t2i_ranks=ranks["t2i"])
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate-clc
+
+
+def split_scores(model, vocab, spec: dict, split: str, *, device: str):
+    """query language -> ((L, Q, I) scores in ``spec['langs']`` order, (Q,) image rows)."""
+    from pseudopairs.model.encode import encode_captions_texts, encode_image_features
+
+    langs = spec["langs"]
+    image_ids, features = load_features(spec["features"][split])
+    images = encode_image_features(model, features).cpu()
+    captions = read_captions(spec["captions"][split])
+    paths = spec["translations"][split]
+    out = {}
+    for lang in langs:
+        tables = {t: read_captions(p) for t, p in paths[lang].items()}
+        versions, index = query_versions(captions, tables, image_ids, lang=lang, langs=langs,
+                                         source=spec["captions"][split], features=spec["features"][split],
+                                         names=paths[lang])
+        encoded = [encode_captions_texts(model, vocab, versions[t], lang=t, batch_size=256).cpu()
+                   for t in langs]
+        out[lang] = (score_tensor(images, encoded, model.similarity), index)
+    return out
+
+
+def clc_metrics(val: dict, test: dict, *, langs: list[str], classifier: dict, seed: int) -> dict:
+    """CLC-C trained on every validation query (all query languages together), then per query
+    language of the test split: retrieval with the query alone (``single``), CLC-A and CLC-C."""
+    from pseudopairs.smalr.clc import clc_a, clc_c, train_clc_c
+
+    scores = torch.cat([val[lang][0] for lang in langs], dim=1).float()
+    query_images = np.concatenate([val[lang][1] for lang in langs])
+    trained = train_clc_c(scores, query_images, margin=classifier["margin"], top_k=classifier["top_k"],
+                          learning_rate=classifier["learning_rate"], iterations=classifier["iterations"],
+                          hidden=classifier["hidden"], init=classifier["init"],
+                          seed=int(classifier["seed"]) + int(seed))
+    result = {"langs": list(langs), "single": {}, "clc_a": {}, "clc_c": {}}
+    for k, lang in enumerate(langs):
+        s, index = test[lang]
+        result["single"][lang] = retrieval_from_scores(s[k], index)
+        result["clc_a"][lang] = retrieval_from_scores(clc_a(s.float()).double(), index)
+        result["clc_c"][lang] = retrieval_from_scores(clc_c(trained.model, s.float()).double(), index)
+    result["clc_c_training"] = {"queries": int(scores.shape[1]), "images": int(scores.shape[2]),
+                                "losses": trained.losses}
+    return result
+
+
+def evaluate_clc(*, checkpoint: str, vocab_path: str, spec: dict, seed: int, device: str = "cpu") -> dict:
+    from pseudopairs.model.checkpoints import load_model
+    from pseudopairs.model.text_encoders import load_vocabulary
+
+    model, _ = load_model(checkpoint, device=device)
+    vocab = load_vocabulary(vocab_path)
+    with torch.no_grad():
+        val, test = (split_scores(model, vocab, spec, s, device=device) for s in ("val", "test"))
+    return clc_metrics(val, test, langs=spec["langs"], classifier=spec["classifier"], seed=seed)
+
+
+def _cli_evaluate_clc(args: argparse.Namespace) -> None:
+    from pseudopairs.settings import resolve_device
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = resolve_device(args.device, key="--device")
+    result = evaluate_clc(checkpoint=args.checkpoint, vocab_path=args.vocab, spec=args.spec,
+                          seed=args.seed, device=device)
+    result = {"experiment": args.experiment, "seed": args.seed, **result}
+    write_json_atomic(args.output, result)
+    print(json.dumps({k: result[k] for k in ("clc_a", "clc_c")}, indent=2))
+
+
+def _cli_parallel_text(args: argparse.Namespace) -> None:
+    print(json.dumps(write_parallel_text(args.spec, args.outputs)))
+
+
+def register_cli(subparsers) -> None:
+    p = commands.add_command(subparsers, "clc-parallel-text", _cli_parallel_text)
+    commands.add_json(p, "--spec", "smalr.clc_contract.parallel_spec")
+    commands.add_json(p, "--outputs", "{split}_{lang} -> file (smalr.clc_contract.parallel_outputs)")
+
+    p = commands.add_command(subparsers, "evaluate-clc", _cli_evaluate_clc)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--vocab", required=True)
+    commands.add_json(p, "--spec", "smalr.clc_contract.evaluation_spec")
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    commands.add_device(p)
+    commands.add_threads(p, default=1)
+    p.add_argument("--output", required=True, help="metrics.clc.json (written atomically)")
