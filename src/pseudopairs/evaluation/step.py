@@ -25,10 +25,10 @@ from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 log = logging.getLogger(__name__)
 
 
-def caption_rows(captions, image_ids: list[str], *, lang: str, source: str, features):
-    """Texts of one language and, for each, the row of its image in ``image_ids`` (read from
-    ``features``). Captions of images the feature step skipped are dropped, as in training; any
-    other image without features is an error."""
+def caption_subset(captions, image_ids: list[str], *, lang: str, source: str, features):
+    """The captions of one language whose image is in ``image_ids`` (read from ``features``), in
+    table order, and the row of each one's image. Captions of images the feature step skipped are
+    dropped, as in training; any other image without features is an error."""
     row_of = {image_id: i for i, image_id in enumerate(image_ids)}
     subset = captions[captions["lang"] == lang]
     if subset.empty:
@@ -38,7 +38,13 @@ def caption_rows(captions, image_ids: list[str], *, lang: str, source: str, feat
         check_missing_images(features, subset.loc[~known, "image_id"], captions=source)
         log.warning("%s: %d %s captions have no image features; dropped", source, int((~known).sum()), lang)
         subset = subset[known]
-    return subset["text"].tolist(), np.array([row_of[i] for i in subset["image_id"]], dtype=np.int64)
+    return subset, np.array([row_of[i] for i in subset["image_id"]], dtype=np.int64)
+
+
+def caption_rows(captions, image_ids: list[str], *, lang: str, source: str, features):
+    """:func:`caption_subset`'s texts and image rows."""
+    subset, rows = caption_subset(captions, image_ids, lang=lang, source=source, features=features)
+    return subset["text"].tolist(), rows
 
 
 def parallel_texts(captions, *, source_lang: str, target_lang: str, source: str):
@@ -184,16 +190,22 @@ def _cli_score_translation(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "evaluate", _cli_evaluate)
+def add_model_arguments(p, *, spec: str, output: str) -> None:
+    """The options of a step that evaluates one trained model: its checkpoint and vocabulary, the
+    inputs (``spec``), its experiment and seed, the device and threads, and the ``output`` file."""
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--vocab", required=True)
-    commands.add_json(p, "--spec", "evaluation inputs (evaluation.contract.evaluation_spec)")
+    commands.add_json(p, "--spec", spec)
     p.add_argument("--experiment", required=True)
     p.add_argument("--seed", type=int, required=True)
     commands.add_device(p)
     commands.add_threads(p, default=1)
-    p.add_argument("--output", required=True, help="metrics.json (written atomically)")
+    p.add_argument("--output", required=True, help=f"{output} (written atomically)")
+
+
+def register_cli(subparsers) -> None:
+    p = commands.add_command(subparsers, "evaluate", _cli_evaluate)
+    add_model_arguments(p, spec="evaluation inputs (evaluation.contract.evaluation_spec)", output="metrics.json")
 
     p = commands.add_command(subparsers, "evaluate-stack", _cli_evaluate_stack)
     commands.add_json(p, "--models", "the stack's models by seed: {seed: {checkpoint, vocab, output}}")

@@ -16,7 +16,8 @@ import pandas as pd
 import torch
 
 from pseudopairs import commands
-from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic, write_text_atomic
+from pseudopairs.evaluation.step import add_model_arguments, caption_subset
+from pseudopairs.io import load_features, read_captions, write_json_atomic, write_text_atomic
 from pseudopairs.similarity.metrics import metrics_from_ranks
 
 log = logging.getLogger(__name__)
@@ -71,14 +72,7 @@ def query_versions(captions: pd.DataFrame, translations: dict[str, pd.DataFrame]
     """The queries of language ``lang`` (its captions of images with features, in table order) in
     every language of ``langs``: the captions themselves, else their translation (matched by
     image_id and caption_idx); and each query's image row."""
-    row_of = {image_id: i for i, image_id in enumerate(image_ids)}
-    subset = captions[captions["lang"] == lang]
-    if subset.empty:
-        raise ValueError(f"{source}: no captions in language {lang!r}")
-    known = subset["image_id"].isin(row_of)
-    if not known.all():
-        check_missing_images(features, subset.loc[~known, "image_id"], captions=source)
-        subset = subset[known]
+    subset, index = caption_subset(captions, image_ids, lang=lang, source=source, features=features)
     versions = {}
     for target in langs:
         if target == lang:
@@ -91,7 +85,6 @@ def query_versions(captions: pd.DataFrame, translations: dict[str, pd.DataFrame]
             raise ValueError(f"{where}: {int(merged['text'].isna().sum())} {lang} captions of {source} "
                              "have no translation (delete it and rerun its translate_clc job)")
         versions[target] = merged["text"].tolist()
-    index = np.array([row_of[i] for i in subset["image_id"]], dtype=np.int64)
     return versions, index
 
 
@@ -207,11 +200,4 @@ def register_cli(subparsers) -> None:
     commands.add_json(p, "--outputs", "{split}_{lang} -> file (smalr.clc_contract.parallel_outputs)")
 
     p = commands.add_command(subparsers, "evaluate-clc", _cli_evaluate_clc)
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--vocab", required=True)
-    commands.add_json(p, "--spec", "smalr.clc_contract.evaluation_spec")
-    p.add_argument("--experiment", required=True)
-    p.add_argument("--seed", type=int, required=True)
-    commands.add_device(p)
-    commands.add_threads(p, default=1)
-    p.add_argument("--output", required=True, help="metrics.clc.json (written atomically)")
+    add_model_arguments(p, spec="smalr.clc_contract.evaluation_spec", output="metrics.clc.json")
