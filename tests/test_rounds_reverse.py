@@ -20,15 +20,13 @@ from pseudopairs.data.contract import dataset_files
 from pseudopairs.experiments import uses_pseudopairs
 from pseudopairs.mining import contract as mining_contract
 from pseudopairs.model.contract import training_langs
-from pseudopairs.data.vocab import Vocabulary
 from pseudopairs.io import read_pairs
 from pseudopairs.mining.statistics import pseudopair_statistics
 from pseudopairs.mining.settings import MiningRun
 from pseudopairs.mining.step import mine_pseudopairs, pseudopair_caption_table
-from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.pseudopair_stats import panels
 from test_pseudopairs import check_nearest_and_same_things, mining_spec
-from test_training import COLOURS, SETTINGS, SHAPES, _world
+from test_training import SETTINGS, _world
 from test_workflow import job_block, job_counts, model_counts
 
 torch.set_num_threads(1)

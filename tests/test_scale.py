@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from conftest import REPO, run_snakemake
 from pseudopairs import layout
