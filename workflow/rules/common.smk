@@ -153,6 +153,11 @@ def all_tables():
     return [layout.table(name) for name in config["tables"]]
 
 
+def one_of(names):
+    """A wildcard constraint matching exactly ``names`` (none: a pattern that matches nothing)."""
+    return "|".join(re.escape(name) for name in names) if names else "$^"
+
+
 def table_figures():
     """The tables drawn as bars too (`figure: true`; rule all and the results page)."""
     return [
@@ -171,7 +176,7 @@ def parameters_figures():
 
 def parameters_figure_pattern():
     names = report_contract.parameters_figures(config)
-    return "|".join(re.escape(name) for name in names) if names else "$^"
+    return one_of(names)
 
 
 def pseudopair_outputs():
@@ -258,7 +263,7 @@ def rounds_outputs():
 
 def rounds_chain_pattern():
     names = chains_of_rounds.chains(config)
-    return "|".join(re.escape(name) for name in names) if names else "$^"
+    return one_of(names)
 
 
 def training_runs_outputs():
@@ -277,7 +282,7 @@ def truecaser_inputs():
 
 def selection_dataset_pattern():
     names = data_contract.selection_datasets(config)
-    return "|".join(re.escape(name) for name in names) if names else "$^"
+    return one_of(names)
 
 
 def text_langs():
@@ -351,43 +356,42 @@ def translation_fetch_inputs():
 
 def translated_dataset_pattern():
     names = translation_contract.translation_datasets(config)
-    return "|".join(re.escape(name) for name in names) if names else "$^"
+    return one_of(names)
+
+
+def truecaser_of(lang):
+    """The truecaser of ``lang`` when captions are truecased (a translation job's input)."""
+    return [layout.truecase_model(lang)] if config["text"]["case"] == "truecase" else []
+
+
+def truecaser_args(lang):
+    """``translate-captions``' option naming that truecaser, when captions are truecased."""
+    return [arg for path in truecaser_of(lang) for arg in ("--truecase-model", f"{lang}={path}")]
 
 
 def translation_truecase_inputs(wildcards):
-    if config["text"]["case"] != "truecase":
-        return []
-    return [layout.truecase_model(data_contract.dataset(config, wildcards.dataset)["lang"])]
+    return truecaser_of(data_contract.dataset(config, wildcards.dataset)["lang"])
 
 
 def translation_truecase_args(wildcards, input):
-    if config["text"]["case"] != "truecase":
-        return []
-    lang = data_contract.dataset(config, wildcards.dataset)["lang"]
-    return ["--truecase-model", f"{lang}={layout.truecase_model(lang)}"]
+    return truecaser_args(data_contract.dataset(config, wildcards.dataset)["lang"])
 
 
 def clc_direction_pattern(*, trained):
     """The CLC translation directions (paper 002 §3.4): those trained here (``trained``) or all."""
-    names = (
+    return one_of(
         clc_contract.trained_directions(config)
         if trained
         else list(clc_contract.directions(config))
     )
-    return "|".join(re.escape(name) for name in names) if names else "$^"
 
 
 def clc_truecase_inputs(wildcards):
-    if config["text"]["case"] != "truecase":
-        return []
-    return [layout.truecase_model(clc_contract.direction(config, wildcards.direction)[1])]
+    return truecaser_of(clc_contract.direction(config, wildcards.direction)[1])
 
 
 def clc_truecase_args(wildcards, input):
-    if config["text"]["case"] != "truecase":
-        return []
-    lang = clc_contract.direction(config, wildcards.direction)[1]
-    return ["--truecase-model", f"{lang}={layout.truecase_model(lang)}"]
+    return truecaser_args(clc_contract.direction(config, wildcards.direction)[1])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -180,19 +180,10 @@ def window_crowding(q: UnitRows, database: Any, device: Any, *, window: float, c
     probe = UnitRowSource(UnitRows(raw=q.raw[rows], shift=q.shift[rows], norm=q.norm[rows]), device)
     best = np.full(rows.size, -np.inf)
     count = np.zeros(rows.size, dtype=np.int64)
-
-    class _Best:
-        def update(self, block) -> None:
-            s = _host(block)
-            np.maximum(best[block.row0: block.row1], s.max(axis=1), out=best[block.row0: block.row1])
-
-    class _Count:
-        def update(self, block) -> None:
-            s = _host(block)
-            count[block.row0: block.row1] += (s >= (best[block.row0: block.row1] - window)[:, None]).sum(axis=1)
-
-    for reducer in (_Best(), _Count()):
-        run_pass(probe, database, [reducer], rows=rows.size, cols=cols)
+    for block in iter_blocks(probe, database, rows=rows.size, cols=cols):
+        np.maximum(best, _host(block).max(axis=1), out=best)
+    for block in iter_blocks(probe, database, rows=rows.size, cols=cols):
+        count += (_host(block) >= (best - window)[:, None]).sum(axis=1)
     return float(count.mean())
 
 
