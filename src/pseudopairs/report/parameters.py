@@ -106,11 +106,12 @@ def _reference(reference: dict, metrics: dict[str, dict]) -> dict:
 def parameters_table(spec: dict) -> pd.DataFrame:
     """One row per point of the figure (:data:`CSV_COLUMNS`), from the ``metrics.json`` files the
     spec names (:func:`pseudopairs.report.contract.parameters_figure_spec`)."""
-    from pseudopairs.report.tables import RETRIEVAL_COLUMNS, summarise
+    from pseudopairs.report.tables import RETRIEVAL_COLUMNS, read_runs, summarise
 
     langs, key = list(spec["langs"]), spec.get("retrieval_key", "retrieval")
     columns = list(spec.get("columns") or RETRIEVAL_COLUMNS)
-    loaded = {name: {seed: {"path": path, "data": _read(path)} for seed, path in by_seed.items()}
+    loaded = {name: {seed: {"path": path, "data": data} for (seed, path), data
+                     in zip(by_seed.items(), read_runs(by_seed, name, what="metrics", job="evaluate"))}
               for name, by_seed in spec["metrics"].items()}
     records = []
     for row in spec["rows"]:

@@ -154,13 +154,15 @@ def clc_key(name: str) -> tuple[str, str]:
     return ("clc", name)
 
 
-def _read_runs(by_seed: dict, name: str, what: str) -> list[dict]:
+def read_runs(by_seed: dict, name: str, *, what: str, job: str) -> list[dict]:
+    """One experiment's JSON files (seed → path), in seed order: a missing or unreadable file is an
+    error naming it and the ``job`` that makes it."""
     runs = []
     for seed, path in by_seed.items():
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"{path}: {what} of experiment {name!r} seed {seed} are missing")
-        with reading(path, f"a {what} file", fix="delete it and rerun its job"):
+        with reading(path, f"a {path.name} file", fix=f"delete it and rerun its {job} job"):
             runs.append(json.loads(path.read_text(encoding="utf-8")))
     return runs
 
@@ -174,20 +176,14 @@ def load_metrics(spec: dict) -> dict[str, list[dict]]:
     for name in dict.fromkeys(row["experiment"] for row in spec["rows"] if row.get("clc")):
         if name not in spec.get("clc_metrics", {}):
             raise ValueError(f"table spec: no metrics.clc.json files given for experiment {name!r}")
-        metrics[clc_key(name)] = _read_runs(spec["clc_metrics"][name], name, "metrics.clc.json")
+        metrics[clc_key(name)] = read_runs(spec["clc_metrics"][name], name, what="CLC metrics",
+                                            job="evaluate_clc")
     for name in (n for row in spec["rows"] for n in row_experiments(row)):
         if name in metrics:
             continue
         if name not in spec["metrics"]:
             raise ValueError(f"table spec: no metrics files given for experiment {name!r}")
-        runs = []
-        for seed, path in spec["metrics"][name].items():
-            path = Path(path)
-            if not path.exists():
-                raise FileNotFoundError(f"{path}: metrics of experiment {name!r} seed {seed} are missing")
-            with reading(path, "a metrics.json file", fix="delete it and rerun its evaluate job"):
-                runs.append(json.loads(path.read_text(encoding="utf-8")))
-        metrics[name] = runs
+        metrics[name] = read_runs(spec["metrics"][name], name, what="metrics", job="evaluate")
     return metrics
 
 
