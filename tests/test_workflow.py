@@ -75,8 +75,8 @@ def test_table4_dag_mines_with_the_source_model_of_each_seed(tmp_path):
     assert counts["mine"] == 8 * 3
     # cosine set at percentiles 0, 25, 75; hubness and reverse sets unfiltered; per seed
     assert counts["pseudopair_captions"] == 10 * 3
-    blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
-    mine = [b for b in blocks if "rule mine:" in b and "pseudopairs=de_coco, seed=2" in b]
+    # the job's own block (job_block also splits where Snakemake indents a job's header)
+    mine = [job_block(result.stdout, "mine", "results/pseudopairs/de_coco/seed2/pairs.parquet")]
     assert len(mine) == 1 and "results/models/de_coco/seed2/checkpoint.pt" in mine[0]
     assert "results/models/de_coco/seed1" not in mine[0]
 
