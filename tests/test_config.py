@@ -244,9 +244,9 @@ def test_per_rule_environments_pin_as_pyproject():
 
 def test_a_configfile_with_a_few_keys_layers_over_the_defaults(tmp_path):
     """`--configfile` files are merged over config/config.yaml (and each other, in order), as
-    Snakemake users expect: a file with just `seeds: [1]` is a complete configuration."""
+    Snakemake users expect: a file with just Table 1's seeds is a complete configuration."""
     mine = tmp_path / "mine.yaml"
-    mine.write_text("seeds: [3]\ntraining: {learning_rate: 0.001}\n")
+    mine.write_text("tables: {table1: {seeds: [3]}}\ntraining: {learning_rate: 0.001}\n")
     result = run_snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/table1.csv", "--configfile", str(mine))
     assert result.returncode == 0, result.stderr
     from test_workflow import job_counts

@@ -159,14 +159,17 @@ def test_the_readme_module_recipe_plans_the_jobs_with_the_users_config_alone(tmp
 def test_a_module_config_with_only_the_changed_keys_is_layered_over_the_shipped_files(tmp_path):
     host = tmp_path / "host"
     host.mkdir()
-    (host / "mine.yaml").write_text("seeds: [1]\n")
+    # one nested key: Table 5's rows and title still come from the shipped experiments.yaml
+    (host / "mine.yaml").write_text("tables: {table5: {seeds: [1]}}\n")
     (host / "Snakefile").write_text(_module_snakefile().replace("config/config.yaml", "mine.yaml"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     dry = subprocess.run([snakemake_exe(), "-n", "--cores", "2", "results/table5.csv"], cwd=host,
                          capture_output=True, text=True, timeout=300, env=env)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
-    assert "results/models/en_de_coco_c2c/seed1/metrics.json" in dry.stdout
-    assert "results/models/en_de_coco_c2c/seed2/" not in dry.stdout     # the host's seeds won
+    # + Translation is a row of Table 5 alone: the host's seeds won
+    assert "results/models/en_de_coco_c2c_mt/seed1/metrics.json" in dry.stdout
+    assert "results/models/en_de_coco_c2c_mt/seed2/" not in dry.stdout
+    assert "results/models/en_de_coco_c2c_mt/seed4/" not in dry.stdout
 
 
 def test_code_cites_the_paper_or_the_docs_not_issue_numbers_or_documents_outside_the_repository():

@@ -76,8 +76,9 @@ def test_the_shipped_method_check_names_the_papers_14_effects_and_the_pseudopair
     table4 = spec["pseudopairs"][0]
     assert table4["source"] == "de_coco" and "de_coco_pseudo_ft" in table4["rows"]
     assert "de_coco" not in table4["rows"] and "de_coco_cont" not in table4["rows"]
+    # de_coco is a row of Tables 2, 6 and 7 (five seeds) and of Table 4 (three)
     assert spec["metrics"]["de_coco"] == {str(s): f"results/models/de_coco/seed{s}/metrics.json"
-                                          for s in (1, 2, 3)}
+                                          for s in (1, 2, 3, 4, 5)}
     # every run of every table is checked for how its training ended
     assert "en_de_coco_c2c_mt" in spec["runs"] and "coco" in spec["runs"]
 
@@ -115,10 +116,12 @@ def test_each_comparison_averages_over_the_seeds_of_its_table(tmp_path):
 def test_the_spec_reads_each_effect_at_the_seeds_of_its_table():
     config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
     config["tables"]["table3"]["seeds"] = [1, 2, 3, 4, 5, 6]
+    config["tables"]["table1"]["seeds"] = [1, 2, 3]
     spec = method_check_spec(check_config(config))
     assert spec["tables"]["table3"]["seeds"] == [1, 2, 3, 4, 5, 6]
     assert spec["tables"]["table1"]["seeds"] == [1, 2, 3]
-    # en_de_c2c is compared in Table 3 (six seeds) and Tables 1, 2, 7 (three): its six runs are inputs
+    # en_de_c2c is compared in Table 3 (six seeds) and Tables 1, 2, 7 (three or five): its six
+    # runs are inputs; en, a row of Table 1 alone, is read at Table 1's three
     assert list(spec["metrics"]["en_de_c2c"]) == ["1", "2", "3", "4", "5", "6"]
     assert list(spec["metrics"]["en"]) == ["1", "2", "3"]
     assert "results/models/en_de_coco_c2c/seed6/metrics.json" in method_check_inputs(check_config(config))

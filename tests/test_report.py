@@ -372,6 +372,7 @@ def tiny_report_config() -> dict:
         "table4": {"rows": [disjoint, {"label": "+ pseudo CSLS", "experiment": "de_coco_csls",
                                        "beyond_paper": True}]},
         "table5": {"rows": [aligned]},
+        "table5_criteria": {"rows": [aligned]},
         "table6": {"rows": [disjoint]},
         "table7": {"rows": [{"label": "DPCCA", "paper": {"en2de": 82.6, "de2en": 79.1}},
                             {"label": "En + De + COCO + c2c", "experiment": "en_de_coco_c2c",
@@ -419,7 +420,7 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     pages = sorted(p.name for p in (tmp_path / "results" / "html").iterdir())
     assert pages == ["all_results.html", "method_check.html", "pseudopair_stats.html",
-                     *(f"table{k}.html" for k in range(1, 8)),
+                     *(f"table{k}.html" for k in range(1, 6)), "table5_criteria.html", "table6.html", "table7.html",
                      *(f"table_lessons{k}.html" for k in range(2, 8)), "table_lessons_fig3.html",
                      "table_rounds_de_coco.html", "table_rounds_en_de_coco_c2c.html", "table_smalr2.html"]
     assert (tmp_path / "results" / "figures" / "table_lessons_fig3.png").is_file()
@@ -436,9 +437,9 @@ def test_a_real_report_shows_the_tables_in_chromium(tmp_path):
     assert start.categories == {"Tables", "Pseudopairs", "Training"} and "Start here" in start.menu_text
     shot = tmp_path / "all_results.png"
     view = browser.view_report(report, "All results", subcategory=PAGES, screenshot=shot)
-    # 7 tables, 7 of paper 004, 1 of paper 002 and 2 of rounds, the method check, the §7.2 sets
-    # and their comparison, and the demo world's pseudopair precision
-    assert view.frame_tables == 17 + 1 + 2 + 1, view.frame_text[:3000]
+    # 7 tables and Table 5's criteria, 7 of paper 004, 1 of paper 002 and 2 of rounds, the method
+    # check, the §7.2 sets and their comparison, and the demo world's pseudopair precision
+    assert view.frame_tables == 18 + 1 + 2 + 1, view.frame_text[:3000]
     assert "precision of the pseudopairs (demo world)" in view.frame_text
     # an effect chart per table with two rows of models (Tables 4 and 7, both chains' rounds), the
     # training curves, Figure 1, 004's Figure 3 as bars, 002's Figure 3 (mR against parameters)
