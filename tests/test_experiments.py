@@ -63,7 +63,10 @@ def test_training_inputs_and_table_inputs():
                              "results/features/coco/train.npz", "results/captions/m30k/val.parquet",
                              "results/features/m30k/val.npz"})
     assert report_contract.table_inputs(config, "table3") == [
-        f"results/models/{e}/seed{s}/metrics.json" for e in ("en_de_c2c", "en_de_coco_c2c") for s in (1, 2, 3)]
+        f"results/models/{e}/seed{s}/metrics.json" for e in ("en_de_c2c", "en_de_coco_c2c") for s in (1, 2, 3, 4, 5)]
+    # a table without seeds of its own reads the config's
+    assert report_contract.table_inputs(config, "table4")[:3] == [
+        f"results/models/de_coco/seed{s}/metrics.json" for s in (1, 2, 3)]
     # Table 7's DPCCA row has no experiment: it contributes no input.
     assert all("DPCCA" not in p for p in report_contract.table_inputs(config, "table7"))
     assert data_contract.corpora_with_images(config) == ["coco", "m30k"]
@@ -177,9 +180,11 @@ def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion
 
 
 def test_tables_average_over_their_own_seeds():
-    """The demo's 004 tables use two seeds; a model both papers show is trained for the union."""
+    """The demo's 004 tables use two seeds, the method check's tables five, the others the
+    config's three; a model several tables show is trained for the union."""
     config = demo()
-    assert ex.table_seeds(config, "table1") == [1, 2, 3] and ex.table_seeds(config, "table_lessons2") == [1, 2]
+    assert ex.table_seeds(config, "table1") == [1, 2, 3, 4, 5] and ex.table_seeds(config, "table_lessons2") == [1, 2]
+    assert ex.table_seeds(config, "table4") == [1, 2, 3]
     spec = report_contract.table_spec(config, "table_lessons4")
     assert spec["metrics"]["t_de"] == {"1": "results/models/t_de/seed1/metrics.json",
                                        "2": "results/models/t_de/seed2/metrics.json"}
@@ -188,7 +193,8 @@ def test_tables_average_over_their_own_seeds():
     assert ex.table_experiments(config, "table_lessons4") == ["t_en", "t_de", "t_en_de", "t_en_de_c2c",
                                                               "c1_en_de", "c1_en_de_c2c"]
     models = ex.shown_models(config)
-    assert models["en"] == [1, 2, 3] and models["t_fr"] == [1, 2] and models["c1_en"] == [1, 2]
+    assert models["en"] == [1, 2, 3, 4, 5] and models["t_fr"] == [1, 2]
+    assert models["de_coco_csls"] == [1, 2, 3] and models["c1_en"] == [1, 2]
     logs = report_contract.training_curves_spec(config)["logs"]
-    assert set(logs["t_fr"]) == {"1", "2"} and set(logs["en"]) == {"1", "2", "3"}
+    assert set(logs["t_fr"]) == {"1", "2"} and set(logs["en"]) == {"1", "2", "3", "4", "5"}
     assert set(report_contract.method_check_spec(config)["runs"]["t_cs"]) == {"1", "2"}

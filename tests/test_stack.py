@@ -360,8 +360,9 @@ def test_blocks_follow_the_seed_numbers_and_the_models_the_outputs_need():
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml"))
     models = ex.model_seeds(config)
     # Table 5's source is trained for every seed its pseudopair sets are mined at, and fine-tuned
-    # rows at the seeds of their tables
-    assert models["en_de_coco_c2c"] == [1, 2, 3] and models["en_de_coco_c2c_pseudo_ft"] == [1, 2, 3]
+    # rows at the seeds of their tables (Table 5: five; table5_criteria: the config's three)
+    assert models["en_de_coco_c2c"] == [1, 2, 3, 4, 5] and models["en_de_coco_c2c_pseudo_ft"] == [1, 2, 3, 4, 5]
+    assert models["en_de_coco_c2c_csls_ft"] == [1, 2, 3]
     assert ex.seed_blocks(config, "en_de_coco_c2c", [1, 2, 3, 4, 7]) == [[1, 2, 3], [4], [7]]
     assert ("en_de_coco_c2c", [1, 2, 3]) in ex.stacks(config, models)
     config["training"]["stack"] = [1]
@@ -369,22 +370,25 @@ def test_blocks_follow_the_seed_numbers_and_the_models_the_outputs_need():
 
 
 def test_adding_a_seed_in_a_new_block_leaves_the_old_blocks_jobs_as_they_were(tmp_path):
-    """Seeds 1-3 train in one job per experiment (training.stack [3]); adding seed 4 adds jobs for
-    seed 4 and leaves the jobs of seeds 1-3 exactly as they were (same rule, outputs and command,
-    so Snakemake reruns none of them)."""
+    """Table 5's seeds 1-5 train in two jobs per experiment (training.stack [3]: 1-3, 4-5); adding
+    seed 7 adds jobs for seed 7 and leaves the jobs of seeds 1-5 exactly as they were (same rule,
+    outputs and command, so Snakemake reruns none of them)."""
     from conftest import run_snakemake
     from test_workflow import job_counts
 
     target = "results/table5.csv"
+    more = tmp_path / "more.yaml"
+    more.write_text("tables: {table5: {seeds: [1, 2, 3, 4, 5, 7]}}\n")
     before = run_snakemake(tmp_path / "a", "-n", "-p", "--cores", "1", target)
-    after = run_snakemake(tmp_path / "b", "-n", "-p", "--cores", "1", target, "--config", "seeds=[1,2,3,4]")
+    after = run_snakemake(tmp_path / "b", "-n", "-p", "--cores", "1", target, "--configfile", str(more))
     assert before.returncode == 0 and after.returncode == 0, before.stderr[-2000:] + after.stderr[-2000:]
     old, new = _stack_commands(before.stdout), _stack_commands(after.stdout)
-    assert old and all(rule.endswith("_seeds1_3") for rule in old)
+    assert old and {rule[rule.rindex("_seeds"):] for rule in old} == {"_seeds1_3", "_seeds4_5"}
     assert {rule: new[rule] for rule in old} == old
     counts = job_counts(after.stdout)
-    assert counts["train"] == len(old)            # seed 4 of each experiment: a block of one seed
-    assert "results/models/en_de_coco_c2c/seed4/checkpoint.pt" in after.stdout
+    # seed 7 of each experiment: a block of one seed
+    assert counts["train"] == sum(rule.endswith("_seeds1_3") for rule in old)
+    assert "results/models/en_de_coco_c2c/seed7/checkpoint.pt" in after.stdout
 
 
 def test_evaluate_stack_writes_each_models_metrics_as_evaluate_does(tmp_path, monkeypatch):

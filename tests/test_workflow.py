@@ -57,8 +57,9 @@ def test_demo_tables_dry_run(tmp_path):
                            "results/table3.csv", "results/table7.csv")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert model_counts(result.stdout) == {"train": 9 * 3, "evaluate": 27}  # 9 experiments x 3 seeds
-    assert "train" not in counts and counts["train_stack_en_seeds1_3"] == 1   # one job per seed block
+    # 9 experiments x the method check's 5 seeds, one job per seed block (1-3, 4-5)
+    assert model_counts(result.stdout) == {"train": 9 * 5, "evaluate": 45}
+    assert "train" not in counts and counts["train_stack_en_seeds1_3"] == counts["train_stack_en_seeds4_5"] == 1
     assert counts["features"] == 4   # m30k train/val/test + coco train
     assert counts["pretrain_features"] == 1  # the demo's feature extractor, once for all
     assert counts["table"] == 4
@@ -88,9 +89,9 @@ def test_table5_and_table6_dag_train_convert_and_translate_once(tmp_path):
     # one MT model for every translated data set: trained on the world's parallel text, converted
     assert counts["world_parallel"] == 1 and counts["train_mt"] == 1 and counts["convert_mt"] == 1
     assert counts["translate"] == 1  # coco.de-mt
-    # Table 5: baseline, 6 pseudopair rows, translation, the fine-tuning control, 6 hubness
-    # fine-tunes = 15; Table 6 adds de_coco, de_coco_mt, de_coco_mt_c2c; x 3 seeds
-    assert model_counts(result.stdout)["train"] == (15 + 3) * 3
+    # Table 5: baseline, 6 pseudopair rows, translation, the fine-tuning control = 9 (the hubness
+    # fine-tunes are table5_criteria's); Table 6 adds de_coco, de_coco_mt, de_coco_mt_c2c; x 5 seeds
+    assert model_counts(result.stdout)["train"] == (9 + 3) * 5
     blocks = re.split(r"\n(?=rule |localrule )", result.stdout)
     translate = next(b for b in blocks if "rule translate:" in b)
     assert "results/captions/coco/train.parquet" in translate
@@ -352,13 +353,13 @@ def test_snakefmt_leaves_the_workflow_unchanged():
 
 def test_slurm_dry_run_lists_the_jobs_inside_group_jobs(tmp_path):
     """Every training and evaluation job of the plan is found, each inside its seed block's group
-    job: Table 1's 5 experiments, seeds 1-3 each one block (training.stack [3])."""
+    job: Table 1's 5 experiments, seeds 1-3 and 4-5 each one block (training.stack [3])."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "8",
                            "results/table1.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = _job_blocks(result.stdout)
-    assert sum(j["rule"].startswith("train_stack_") for j in jobs) == 5
-    assert sum(j["rule"].startswith("evaluate_stack_") for j in jobs) == 5
-    assert model_counts(result.stdout) == {"train": 5 * 3, "evaluate": 5 * 3}
-    assert result.stdout.count("Group job stack_") == 5
+    assert sum(j["rule"].startswith("train_stack_") for j in jobs) == 5 * 2
+    assert sum(j["rule"].startswith("evaluate_stack_") for j in jobs) == 5 * 2
+    assert model_counts(result.stdout) == {"train": 5 * 5, "evaluate": 5 * 5}
+    assert result.stdout.count("Group job stack_") == 5 * 2
