@@ -25,9 +25,18 @@ def tiny_config() -> dict:
     # c2c from the first update: 30 updates are too few to leave the plateau (the c2c warm-up)
     config["training"].update(batch_size=16, validate_every=10, patience=2, max_updates=30,
                               learning_rate=2e-3, c2c_warmup=None)
-    config["seeds"] = [1]
+    at_seeds(config, [1])
     # one job per model: the rerun counts below are per model (stack jobs: the test after it)
     config["training"]["stack"] = [1]
+    return config
+
+
+def at_seeds(config: dict, seeds: list[int]) -> dict:
+    """``seeds`` for the config and for every table that config.yaml gives seeds of its own (the
+    method check's tables: five), so that a layered tiny config trains these seeds alone."""
+    config["seeds"] = seeds
+    for table in config.get("tables", {}).values():
+        table["seeds"] = seeds
     return config
 
 
@@ -41,7 +50,7 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     config_path = tmp_path / "tiny.yaml"
     config = tiny_config()
     # A layered config file: only what differs from config/config.yaml (+ experiments.yaml).
-    config["tables"] = {"table4": {"rows": TINY_TABLE4}}
+    config["tables"]["table4"] = {"rows": TINY_TABLE4}
     config_path.write_text(yaml.safe_dump(config))
     targets = ["results/table3.csv", "results/table7.csv", "results/table4.csv"]
     result = run_snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(config_path))
@@ -138,7 +147,7 @@ def test_tiny_stack_job_trains_its_block_and_a_new_seed_retrains_nothing_else(tm
     config_path = tmp_path / "tiny.yaml"
     config = tiny_config()
     config["training"]["stack"] = [2]
-    config["seeds"] = [1, 2]
+    at_seeds(config, [1, 2])
     config_path.write_text(yaml.safe_dump(config))
     targets = [f"results/models/en_de/seed{seed}/metrics.json" for seed in (1, 2)]
     result = run_snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(config_path))
@@ -154,7 +163,7 @@ def test_tiny_stack_job_trains_its_block_and_a_new_seed_retrains_nothing_else(tm
     assert (tmp_path / "results/benchmarks/evaluate/en_de.seeds1-2.tsv").exists()
     rerun = run_snakemake(tmp_path, *targets, "-n", "--cores", "2", "--configfile", str(config_path))
     assert "Nothing to be done" in rerun.stdout + rerun.stderr
-    config["seeds"] = [1, 2, 3]
+    at_seeds(config, [1, 2, 3])
     config_path.write_text(yaml.safe_dump(config))
     more = run_snakemake(tmp_path, *targets, "results/models/en_de/seed3/metrics.json", "-n", "--cores", "2",
                          "--configfile", str(config_path))
