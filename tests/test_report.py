@@ -359,7 +359,7 @@ def tiny_report_config() -> dict:
     """The tiny end-to-end world (one seed), every table cut to rows of the two source models
     that the pseudopair statistics need anyway, one pseudopair row beyond the paper and rows the
     paper alone reports."""
-    from test_end_to_end import tiny_config
+    from test_end_to_end import at_seeds, tiny_config
 
     config = tiny_config()
     aligned = {"label": "En+De+COCO+c2c", "experiment": "en_de_coco_c2c",
@@ -398,9 +398,7 @@ def tiny_report_config() -> dict:
         "table_smalr2": {**lessons, "rows": [{"label": "SMALR", "experiment": "smalr",
                                               "paper": {"en": [69.6], "de": [64.7]}}]},
     })
-    # every table at the run's one seed (config.yaml gives the method check's tables five)
-    for table in config["tables"].values():
-        table["seeds"] = [1]
+    at_seeds(config, [1])     # every table at the run's one seed
     # each chain of iterated bootstrapping cut to one round (its table is a page like the others)
     config["rounds"] = {chain: {"rounds": 1} for chain in ("de_coco", "en_de_coco_c2c")}
     config["method_check"] = {"min_t": 2, "pseudopairs": [],
