@@ -10,8 +10,10 @@ pipeline's own steps: ``train`` (each seed a job of its own) and ``train-stack``
 batched stack), same settings, no early stopping (``max_updates`` updates, validation every
 ``--validate-every``). It prints the validation curves of both, at each validation the largest
 difference between a model's stacked and separate run and the seeds' standard deviation there
-(the noise a change must stay within), and the wall time of each. ``--tf32`` repeats the stacked runs with TF32 matrix
-products and compares them with the float32 separate runs.
+(the noise a change must stay within), and the wall time of each. The stacked runs replay CUDA
+graphs on a GPU (``training.cuda_graphs``, the default); ``--eager`` adds stacked runs without
+them, ``--tf32`` stacked runs with TF32 matrix products, both compared with the float32 separate
+runs.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ def main() -> None:
     parser.add_argument("--validate-every", type=int, default=100)
     parser.add_argument("--images", type=int, default=3000, help="training images")
     parser.add_argument("--tf32", action="store_true")
+    parser.add_argument("--eager", action="store_true",
+                        help="also the stacked runs without CUDA graphs (training.cuda_graphs false)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     device = resolve_device(args.device, key="--device")
@@ -118,17 +122,19 @@ def main() -> None:
         for seed in seeds:
             train(spec=spec, settings=settings, out_dir=root / "separate" / f"seed{seed}", seed=seed)
         print(f"separate runs : {time.perf_counter() - start:7.1f} s")
-        variants = [("stacked", False)] + ([("stacked-tf32", True)] if args.tf32 else [])
-        for name, tf32 in variants:
+        variants = ([("stacked", False, True)] + ([("stacked-eager", False, False)] if args.eager else [])
+                    + ([("stacked-tf32", True, True)] if args.tf32 else []))
+        for name, tf32, graphs in variants:
             start = time.perf_counter()
             train_stack(jobs=[{"seed": s, "spec": spec, "out_dir": str(root / name / f"seed{s}")}
-                              for s in seeds], settings={**settings, "stack_compute": "batched", "tf32": tf32})
+                              for s in seeds], settings={**settings, "stack_compute": "batched", "tf32": tf32,
+                                                         "cuda_graphs": graphs})
             print(f"{name:13s} : {time.perf_counter() - start:7.1f} s")
         separate = np.array([curve(root / "separate" / f"seed{s}") for s in seeds])
         noise = separate.std(axis=0, ddof=1) if len(seeds) > 1 else np.full(separate.shape[1], np.nan)
         print(f"separate runs' validation curves: {separate.round(1).tolist()}")
         print(f"seeds' sd at each validation (the noise): {noise.round(1).tolist()}")
-        for name, _ in variants:
+        for name, _, _ in variants:
             ours = np.array([curve(root / name / f"seed{s}") for s in seeds])
             diff = np.abs(ours - separate).max(axis=0)
             print(f"{name}: curves {ours.round(1).tolist()}")

@@ -18,7 +18,13 @@ own trainer, batch streams and task draws) updated together by
 its own ``Trainer.update()`` one after the other in this process (*separate*: what S jobs of one
 model each would do on the device, without their process overheads). It prints the
 model-updates/s summed over the stack, per model, and the ratio stacked / separate.
-``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants).
+``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants); ``--graphs`` runs the
+stacked variant as the pipeline does on a GPU by default, each update a replayed CUDA graph
+(``training.cuda_graphs``). ``--profile K`` (with
+``--stack``) then times K more stacked updates by phase (the trainers drawing their batches on the
+host; the ``stacked_update`` call returning, i.e. the host's dispatch; waiting for the device) and
+traces them with ``torch.profiler``: the device time per update by kernel, and the share of the
+wall time the device is busy.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import torch
 from pseudopairs.model import RankingModel, contrastive_loss
 from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, TokenTable
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stacked_update
+from pseudopairs.model.stack_graph import StaticStackUpdate
 from pseudopairs.model.training import LOSS_READBACK_EVERY, Trainer
 from pseudopairs.settings import resolve_device
 
@@ -104,13 +111,20 @@ def run_bare(model: RankingModel, optimizer: torch.optim.Optimizer, batches: lis
     torch.stack(losses).cpu()
 
 
-def run_stacked(trainers: list[Trainer], stack: StackedRankingModel, optimizer: StackedAdam,
-                n: int) -> None:
+def stacked_updater(stack: StackedRankingModel, optimizer: StackedAdam, graphs: bool):
+    """The stacked update as the pipeline runs it: ``stacked_update``, or with ``graphs`` the
+    static-shape update replayed as CUDA graphs (``training.cuda_graphs``)."""
+    options = {"margin": 0.2, "max_violation": True, "grad_clip": 2.0}
+    if graphs:
+        return StaticStackUpdate(stack, optimizer, **options)
+    return lambda batches: stacked_update(stack, optimizer, batches, **options)
+
+
+def run_stacked(trainers: list[Trainer], update, n: int) -> None:
     pending = []
     for _ in range(n):
         batches = [t.next_batch()[2] for t in trainers]
-        pending.append(stacked_update(stack, optimizer, batches, margin=0.2, max_violation=True,
-                                      grad_clip=2.0))
+        pending.append(update(batches))
         if len(pending) >= LOSS_READBACK_EVERY:
             torch.stack(pending).cpu()
             pending.clear()
@@ -128,15 +142,17 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
     stacked_trainers = [make_trainer(preset, device, data, seed=s) for s in range(size)]
     stack = StackedRankingModel([t.model for t in stacked_trainers])
     optimizer = StackedAdam(stack.parameters_in_order(), lr=2e-4)
+    update = stacked_updater(stack, optimizer, args.graphs)
     separate = [make_trainer(preset, device, data, seed=s) for s in range(size)]
-    run_stacked(stacked_trainers, stack, optimizer, args.warmup)
+    run_stacked(stacked_trainers, update, args.warmup)
     run_separate(separate, args.warmup)
     sync(device)
+    warm_captures = getattr(update, "captures", 0)
     blocks = args.blocks or (2 if device.type == "cuda" else max(1, args.updates // 2))
     per_block = max(1, args.updates // blocks)
     wall = {"stacked": 0.0, "separate": 0.0}
     for _ in range(blocks):
-        for variant, fn, fn_args in (("stacked", run_stacked, (stacked_trainers, stack, optimizer, per_block)),
+        for variant, fn, fn_args in (("stacked", run_stacked, (stacked_trainers, update, per_block)),
                                      ("separate", run_separate, (separate, per_block))):
             start = time.perf_counter()
             fn(*fn_args)
@@ -153,6 +169,55 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
     print(f"ratio stacked/separate: {stacked_rate / separate_rate:6.3f}")
     if device.type == "cuda":
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB")
+    if args.graphs:
+        print(f"CUDA graphs captured: {warm_captures} in the warm-up, {update.captures - warm_captures} "
+              f"during the timed updates; {update.replays} replays" if update.graphs else
+              "CUDA graphs: off (not on a GPU, or the capture failed)")
+    if args.profile:
+        profile_stacked(stacked_trainers, update, size, args.profile, device)
+
+
+def profile_stacked(trainers: list[Trainer], update, size: int, n: int, device: torch.device) -> None:
+    """Where a stacked update's time goes: host phases, then a profiler trace of device kernels."""
+    phases = {"draw batches (host)": 0.0, "stacked_update call (host dispatch)": 0.0,
+              "wait for the device": 0.0}
+    sync(device)
+    for _ in range(n):
+        start = time.perf_counter()
+        batches = [t.next_batch()[2] for t in trainers]
+        drawn = time.perf_counter()
+        update(batches)
+        dispatched = time.perf_counter()
+        sync(device)
+        done = time.perf_counter()
+        phases["draw batches (host)"] += drawn - start
+        phases["stacked_update call (host dispatch)"] += dispatched - drawn
+        phases["wait for the device"] += done - dispatched
+    total = sum(phases.values())
+    print(f"phases of one stacked update of {size} (mean of {n}, synchronised after each): "
+          f"{1000 * total / n:.2f} ms")
+    for name, value in phases.items():
+        print(f"  {name:38s} {1000 * value / n:8.2f} ms  ({100 * value / total:5.1f} %)")
+    if device.type != "cuda":
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        start = time.perf_counter()
+        run_stacked(trainers, update, n)
+        sync(device)
+        wall = time.perf_counter() - start
+    events = trace.key_averages()
+    key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    kernels = sorted((e for e in events if getattr(e, key) > 0), key=lambda e: -getattr(e, key))
+    busy = sum(getattr(e, key) for e in kernels) / 1e6
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    print(f"profiled {n} stacked updates: wall {1000 * wall / n:.2f} ms/update (profiler on), device "
+          f"busy {1000 * busy / n:.2f} ms/update = {100 * busy / wall:.1f} % of the wall time, "
+          f"{launches / n:.0f} kernel launches/update")
+    for e in kernels[:18]:
+        print(f"  {getattr(e, key) / 1000 / n:8.3f} ms/update {100 * getattr(e, key) / 1e6 / busy:5.1f} % "
+              f"x{e.count // n:<4d} {e.key[:90]}")
 
 
 def main() -> None:
@@ -171,6 +236,12 @@ def main() -> None:
     parser.add_argument("--stack", type=int, default=0,
                         help="S >= 1: stacked training of S models against S separate trainers")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 matrix products on a GPU")
+    parser.add_argument("--graphs", action="store_true",
+                        help="(with --stack) the stacked update replayed as CUDA graphs on a GPU "
+                             "(training.cuda_graphs; model/stack_graph.py)")
+    parser.add_argument("--profile", type=int, default=0,
+                        help="K >= 1 (with --stack): time K more stacked updates by phase and trace "
+                             "them with torch.profiler")
     args = parser.parse_args()
     if args.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -752,3 +752,23 @@ def test_training_benchmark_replays_the_trainers_batches_and_prints_its_ratio():
     ratios = [float(line.split(":")[1].split()[0]) for line in out.stdout.splitlines()
               if line.startswith("ratio")]
     assert len(ratios) == 2 and all(r > 0 for r in ratios), out.stdout
+
+
+def test_validation_scores_the_same_with_either_candidate_gemm(world, monkeypatch):
+    """An untrained model (near-random embeddings: many close scores) validated with float32
+    candidates (the default) and with the engine's own choice forced to bf16: the ranks are
+    exact either way, so the score and every metric are equal; an unknown choice is refused."""
+    from pseudopairs.model.encoders import RankingModel
+    from pseudopairs.model.inputs import load_data, run_vocabulary
+
+    spec, _ = world
+    vocab = run_vocabulary(spec)
+    _, _, sets, image_dim = load_data(spec, vocab)
+    torch.manual_seed(0)
+    model = RankingModel(len(vocab), embedding_dim=12, joint_dim=24, image_dim=image_dim)
+    monkeypatch.setenv("PSEUDOPAIRS_BF16", "1")
+    score, metrics = encode.validate(model, sets)
+    assert encode.validate(model, sets, candidates="auto") == (score, metrics)
+    assert set(metrics) == {"en", "de"} and score == sum(m["rsum"] for m in metrics.values())
+    with pytest.raises(ValueError, match="candidates must be one of"):
+        encode.validate(model, sets, candidates="bf16")

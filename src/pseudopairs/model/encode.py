@@ -14,6 +14,8 @@ from pseudopairs.model.encoders import RankingModel
 from pseudopairs.model.text_encoders import language_view
 
 ENCODE_BATCH = 256
+# validation's caption batches on a GPU: fewer, larger launches (a validation set is ~10K captions)
+VALIDATION_BATCH_CUDA = 1024
 
 
 @torch.no_grad()
@@ -62,24 +64,45 @@ def encode_image_features(model: RankingModel, features, *, batch_size: int = 10
     return torch.cat(chunks)
 
 
-def validate(model: RankingModel, val_sets: Sequence[CaptionSet]) -> tuple[float, dict]:
+# The candidate GEMM of validation's exact ranks (see validate): float32, or "auto" (the engine's
+# own choice: bf16 where the device has a bf16 unit).
+VALIDATION_CANDIDATES = ("float32", "auto")
+
+
+def validate(model: RankingModel, val_sets: Sequence[CaptionSet], *,
+             candidates: str = "float32") -> tuple[float, dict]:
     """Score = Σ over the validation languages of rsum (R@1,5,10 in both directions, percent).
     Each language: all its validation captions against all validation images (every image is a
     candidate, as in the test evaluation), scored with the model's similarity, on the model's
     device (the embeddings stay there and the exact rank engine runs its GEMMs there). Returns
-    ``(score, {lang: metrics})``."""
+    ``(score, {lang: metrics})``.
+
+    ``candidates``: the exact rank engine's candidate GEMM. The ranks (so the score) are the same
+    either way; what differs is how many close candidates the engine settles in float64 on the
+    host. A validation set is small (the GEMM costs little anywhere), while a model early in
+    training has many close scores, and bf16's wide windows hold many of them: float32 (the
+    default) settles far fewer (measured: docs/benchmarks.md, "Validation"); ``auto`` leaves the
+    choice to the engine (bf16 on a GPU or a CPU with a bf16 unit)."""
+    from pseudopairs.similarity import bf16_mode
     from pseudopairs.similarity.metrics import retrieval_metrics
 
+    if candidates not in VALIDATION_CANDIDATES:
+        raise ValueError(f"validate: candidates must be one of {VALIDATION_CANDIDATES}, got {candidates!r}")
+    with bf16_mode(False if candidates == "float32" else None):
+        return _validate(model, val_sets, retrieval_metrics)
+
+
+def _validate(model: RankingModel, val_sets: Sequence[CaptionSet], retrieval_metrics) -> tuple[float, dict]:
     image_cache: dict[int, torch.Tensor] = {}
+    batch_size = VALIDATION_BATCH_CUDA if model.device.type == "cuda" else ENCODE_BATCH
     score = 0.0
     metrics: dict[str, dict] = {}
     for caption_set in val_sets:
         key = id(caption_set.features)
         if key not in image_cache:
             image_cache[key] = encode_image_features(model, caption_set.features, on_device=True)
-        result = retrieval_metrics(image_embeddings=image_cache[key],
-                                   caption_embeddings=encode_token_table(model, caption_set.tokens,
-                                                                         on_device=True),
+        captions = encode_token_table(model, caption_set.tokens, on_device=True, batch_size=batch_size)
+        result = retrieval_metrics(image_embeddings=image_cache[key], caption_embeddings=captions,
                                    caption_image_index=caption_set.feature_rows,
                                    similarity=model.similarity)
         result = {k: float(v) for k, v in result.items()}

@@ -69,6 +69,10 @@ class TrainingSettings(Settings):
                                      "model, batched matrix products), separate (one after the "
                                      "other, each exactly as a job of its own), auto (batched on a "
                                      "GPU, separate on the CPU)")
+    cuda_graphs: bool = setting(True, kind=bool,
+                                doc="a batched stack on a GPU replays each update as a CUDA graph "
+                                    "captured once per shape (model/stack_graph.py; the host no "
+                                    "longer dispatches every kernel); no effect on the CPU")
     tf32: bool = setting(False, kind=bool,
                          doc="let float32 matrix products use TF32 on a GPU (faster; measured against "
                              "the seeds' noise in docs/benchmarks.md)")

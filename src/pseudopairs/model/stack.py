@@ -186,10 +186,13 @@ class StackedRankingModel(nn.Module):
 
 
 def stacked_contrastive_loss(a: torch.Tensor, b: torch.Tensor, *, margin: float,
-                             max_violation: bool = True) -> torch.Tensor:
+                             max_violation: bool = True, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Each model's VSE++ hinge loss under cosine similarity: ``a``, ``b`` of shape ``(S, B, d)``,
     row i of ``a[s]`` matching row i of ``b[s]``; returns ``(S,)`` — model s's
-    :func:`~pseudopairs.model.losses.contrastive_loss` of ``a[s]``, ``b[s]``."""
+    :func:`~pseudopairs.model.losses.contrastive_loss` of ``a[s]``, ``b[s]``. ``valid``: an
+    ``(S, B)`` bool mask of the rows that are items (model s's batch is its valid rows; padding
+    rows neither score nor are negatives — the hinge costs are ≥ 0, so zeros leave every maximum
+    and sum as over the valid rows alone); None: every row."""
     if a.ndim != 3 or a.shape != b.shape:
         raise ValueError(f"stacked_contrastive_loss: a {tuple(a.shape)} and b {tuple(b.shape)} must "
                          "be stacks of row-aligned matrices of one shape")
@@ -198,6 +201,8 @@ def stacked_contrastive_loss(a: torch.Tensor, b: torch.Tensor, *, margin: float,
     cost_b = (margin - positive + scores).clamp(min=0)
     cost_a = (margin - positive + scores.transpose(1, 2)).clamp(min=0)
     off_diagonal = ~torch.eye(scores.shape[1], dtype=torch.bool, device=scores.device)
+    if valid is not None:
+        off_diagonal = off_diagonal & valid[:, :, None] & valid[:, None, :]
     cost_b = cost_b * off_diagonal
     cost_a = cost_a * off_diagonal
     if max_violation:
@@ -240,13 +245,15 @@ class StackedAdam:
             exp_avg_sq = self.exp_avg_sq[k].mul(beta2).addcmul_(grad, grad, value=1 - beta2)
             denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
             new_param = param - step_size * exp_avg / denom
+            # the state is updated in place: a captured CUDA graph (stack_graph) keeps its addresses
             if mask is None:
-                self.exp_avg[k], self.exp_avg_sq[k] = exp_avg, exp_avg_sq
+                self.exp_avg[k].copy_(exp_avg)
+                self.exp_avg_sq[k].copy_(exp_avg_sq)
                 param.copy_(new_param)
             else:
                 where = mask.view(shape)
-                self.exp_avg[k] = torch.where(where, exp_avg, self.exp_avg[k])
-                self.exp_avg_sq[k] = torch.where(where, exp_avg_sq, self.exp_avg_sq[k])
+                self.exp_avg[k].copy_(torch.where(where, exp_avg, self.exp_avg[k]))
+                self.exp_avg_sq[k].copy_(torch.where(where, exp_avg_sq, self.exp_avg_sq[k]))
                 param.copy_(torch.where(where, new_param, param))
 
     def zero_grad(self) -> None:
@@ -360,6 +367,16 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
             contrastive_loss(a_side[s, :size], b_side[s, :size], margin=margin, max_violation=max_violation,
                              similarity=similarity if c2i else caption_similarity(similarity))
             for s, (c2i, size) in enumerate(zip(is_c2i, sizes))])
+    step_models(stack, optimizer, losses, grad_clip=grad_clip, is_c2i=on_device(torch.tensor(is_c2i)))
+    return losses.detach()
+
+
+def step_models(stack: StackedRankingModel, optimizer: StackedAdam, losses: torch.Tensor, *,
+                grad_clip: float, is_c2i: torch.Tensor) -> None:
+    """The end of a stacked update: backward from each model's loss (``(S,)``), no gradient for
+    the PAD row, per-model gradient-norm clipping, the Adam step; ``is_c2i``: ``(S,)`` bool on the
+    device, the models whose update had an image term (no host synchronisation: a CUDA graph
+    captures this)."""
     optimizer.zero_grad()
     losses.sum().backward()
     params = optimizer.params
@@ -367,7 +384,7 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
     if embedding.grad is not None:  # the PAD row learns nothing (nn.Embedding's padding_idx)
         embedding.grad[:, PAD_ID] = 0
     if grad_clip > 0:
-        norms = torch.zeros(len(stack), dtype=params[0].dtype, device=device)
+        norms = torch.zeros(len(stack), dtype=params[0].dtype, device=params[0].device)
         for param in params:
             if param.grad is not None:
                 norms += param.grad.detach().pow(2).flatten(1).sum(dim=1)
@@ -376,10 +393,7 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
             if param.grad is not None:
                 param.grad.mul_(scale.view((-1,) + (1,) * (param.grad.ndim - 1)).to(param.grad.dtype))
     # a c2c update has no image term: no image gradient, and Adam must not step the image layer
-    c2i_mask = on_device(torch.tensor(is_c2i))
-    active = [c2i_mask if name in IMAGE_PARAMETERS else None for name in PARAMETERS]
-    optimizer.step(active)
-    return losses.detach()
+    optimizer.step([is_c2i if name in IMAGE_PARAMETERS else None for name in PARAMETERS])
 
 
 def stack_supported(settings: dict) -> str | None:

@@ -17,6 +17,9 @@ them (``results/models/{experiment}/seed{seed}/``: ``checkpoint.pt``, ``vocab.js
   stack of one is always this).
 - ``auto``: ``batched`` on a GPU, ``separate`` on the CPU (measured: ``docs/benchmarks.md``).
 
+A batched stack on a GPU replays each update as a CUDA graph (``training.cuda_graphs``,
+:class:`~pseudopairs.model.stack_graph.StaticStackUpdate`).
+
 Resuming: a finished model's ``last.pt`` (its final state) is kept until the whole job has
 finished, so a killed job started again rewrites the finished models' files from their states
 and resumes the others from theirs — the same result as an uninterrupted job (on the CPU). The
@@ -37,6 +40,7 @@ from pseudopairs import commands
 from pseudopairs.model.batches import C2IBatch
 from pseudopairs.model.settings import check_settings
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
+from pseudopairs.model.stack_graph import StaticStackUpdate
 from pseudopairs.model.training import LOSS_READBACK_EVERY, _Run, cli_settings, summary_line
 from pseudopairs.settings import resolve_device
 
@@ -71,6 +75,10 @@ class _StackLoop:
         for s, run in enumerate(self.runs):  # resumed runs bring their Adam state
             self.optimizer.load_torch_state(s, run.trainer.optimizer.state_dict())
             run.optimizer_state = self._state_of(run)
+        # on a GPU, each update replayed as a CUDA graph (training.cuda_graphs; stack_graph)
+        self.graphed = None
+        if settings["cuda_graphs"] and self.stack.device.type == "cuda" and settings["similarity"] == "cosine":
+            self.graphed = StaticStackUpdate(self.stack, self.optimizer, **self.options)
 
     def _state_of(self, run: _Run):
         groups = run.trainer.optimizer.state_dict()["param_groups"]
@@ -89,7 +97,9 @@ class _StackLoop:
             for run in self.runs:
                 task, name, batch = run.trainer.next_batch()
                 draws.append((task, name, batch))
-            losses = stacked_update(self.stack, self.optimizer, [d[2] for d in draws], **self.options)
+            batches = [d[2] for d in draws]
+            losses = (self.graphed(batches) if self.graphed is not None
+                      else stacked_update(self.stack, self.optimizer, batches, **self.options))
             bar.update(1)
             for s, (run, (task, name, batch)) in enumerate(zip(self.runs, draws)):
                 if isinstance(batch, C2IBatch):
@@ -122,6 +132,8 @@ class _StackLoop:
             if keep:
                 self.stack.select(keep)
                 self.optimizer.select(keep, self.stack.parameters_in_order())
+                if self.graphed is not None:  # the graphs hold the old tensors
+                    self.graphed.reset()
 
 
 def train_stack(*, jobs: Sequence[dict], settings: dict) -> list[dict]:
