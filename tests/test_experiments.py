@@ -179,6 +179,25 @@ def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion
     assert evaluation_contract.evaluation_spec(config, "t_multi")["portion_langs"] == ["cs", "en", "de", "fr"]
 
 
+def test_tables_name_seed_lists_that_a_layered_config_changes_once():
+    """config.yaml's tables name `check` and `lessons`; the paper configuration changes the two
+    lists and every table naming them follows; a name with no list is refused by its key."""
+    config = demo()
+    assert config["tables"]["table6"]["seeds"] == "check" and config["seed_lists"]["check"] == [1, 2, 3, 4, 5]
+    paper = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
+                                     REPO / "config" / "paper.yaml"))
+    assert [ex.table_seeds(paper, t) for t in ("table1", "table7", "table_lessons5", "table_smalr2")] == \
+        [[1, 2, 3], [1, 2, 3], list(range(1, 11)), [1, 2, 3]]
+    rehearsal = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
+                                         REPO / "config" / "paper.yaml", REPO / "config" / "rehearsal.yaml"))
+    assert ex.table_seeds(rehearsal, "table5") == [1] and ex.table_seeds(rehearsal, "table3") == [1]
+    bad = copy.deepcopy(config)
+    bad["tables"]["table3"]["seeds"] = "chek"
+    with pytest.raises(ValueError, match=r"'tables.table3.seeds': no seed list 'chek' under seed_lists "
+                                         r"\(known: check, lessons\)"):
+        check_config(bad)
+
+
 def test_tables_average_over_their_own_seeds():
     """The demo's 004 tables use two seeds, the method check's tables five, the others the
     config's three; a model several tables show is trained for the union."""

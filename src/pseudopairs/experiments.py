@@ -35,8 +35,16 @@ def table_experiments(config: dict, table: str) -> list[str]:
 
 
 def table_seeds(config: dict, table: str) -> list[int]:
-    """The seeds a table averages over: its own ``seeds``, else the config's."""
-    return list(config["tables"][table].get("seeds") or config["seeds"])
+    """The seeds a table averages over: its own ``seeds`` (a list, or the name of one of the
+    config's ``seed_lists``), else the config's."""
+    seeds = config["tables"][table].get("seeds") or config["seeds"]
+    if isinstance(seeds, str):
+        lists = config.get("seed_lists") or {}
+        if seeds not in lists:
+            raise ValueError(f"config key 'tables.{table}.seeds': no seed list {seeds!r} under "
+                             f"seed_lists (known: {', '.join(sorted(lists)) or 'none'})")
+        seeds = lists[seeds]
+    return list(seeds)
 
 
 def table_test_corpus(config: dict, table: str) -> str:

@@ -202,8 +202,19 @@ def training_logs(config: dict) -> list[str]:
 def check(config: dict) -> list[str]:
     from pseudopairs.smalr.clc_contract import check as clc_errors   # the tables' CLC rows (002 §3.4)
 
-    return (_pseudopair_stats_errors(config) + _method_check_errors(config) + _table_errors(config)
-            + _parameters_figure_errors(config) + clc_errors(config))
+    return (_seed_list_errors(config) + _pseudopair_stats_errors(config) + _method_check_errors(config)
+            + _table_errors(config) + _parameters_figure_errors(config) + clc_errors(config))
+
+
+def _seed_list_errors(config: dict) -> list[str]:
+    """A table's seeds that name a list name one of ``seed_lists``."""
+    messages = []
+    for table in config.get("tables", {}):
+        try:
+            table_seeds(config, table)
+        except ValueError as err:
+            messages.append(str(err))
+    return messages
 
 
 def _parameters_figure_errors(config: dict) -> list[str]:
