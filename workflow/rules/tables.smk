@@ -59,7 +59,7 @@ rule table_figure:
     resources:
         **job_resources("table_figure"),
     params:
-        spec=lambda w: as_json(config["tables"][w.table], sort_keys=False),
+        spec=lambda w: as_json(report_contract.table_entry(config, w.table), sort_keys=False),
     shell:
         "python -m pseudopairs table-figure --spec {params.spec:q} --table {input:q} "
         "--output {output:q} > {log:q} 2>&1"
@@ -122,7 +122,7 @@ rule tables_markdown:
     resources:
         **job_resources("tables_markdown"),
     params:
-        specs=as_json(config["tables"]),
+        specs=as_json({t: report_contract.table_entry(config, t) for t in config["tables"]}),
         stats=lambda w, input: ["--pseudopair-stats", input.stats[0]] if input.stats else [],
         method_check=lambda w, input: (
             ["--method-check", input.method_check[0], "--training-runs", input.runs[0]]

@@ -85,11 +85,20 @@ def pseudopair_figure_inputs(config: dict) -> list[str]:
     return [*spec["pairs"].values(), spec["images"]]
 
 
+def table_entry(config: dict, table: str) -> dict[str, Any]:
+    """The table's config entry as its steps read it: its own ``seeds``, if any, as the list
+    (a name of ``seed_lists`` resolved)."""
+    entry = dict(config["tables"][table])
+    if "seeds" in entry:
+        entry["seeds"] = table_seeds(config, table)
+    return entry
+
+
 def table_spec(config: dict, table: str) -> dict[str, Any]:
     """The ``table`` step's input: the table's config entry, which test set of metrics.json it
     reads (``retrieval_key``) and the ``metrics.json`` of every experiment it shows, per seed of
     the table (experiment -> seed -> path; the rule's inputs)."""
-    spec = {**config["tables"][table],
+    spec = {**table_entry(config, table),
             "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in table_seeds(config, table)}
                         for name in table_experiments(config, table)}}
     if table_test_corpus(config, table) != config["evaluation"]["corpus"]:
