@@ -194,7 +194,7 @@ def test_tables_name_seed_lists_that_a_layered_config_changes_once():
     bad = copy.deepcopy(config)
     bad["tables"]["table3"]["seeds"] = "chek"
     with pytest.raises(ValueError, match=r"'tables.table3.seeds': no seed list 'chek' under seed_lists "
-                                         r"\(known: check, lessons\)"):
+                                         r"\(known: check, lessons, smalr\)"):
         check_config(bad)
 
 

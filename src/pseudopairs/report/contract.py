@@ -177,7 +177,7 @@ def method_check_spec(config: dict) -> dict[str, Any]:
     tables = sorted({e["table"] for e in section.get("effects", [])} | {e["table"] for e in pseudopairs})
     return {"min_t": section.get("min_t", 2.0), "effects": list(section.get("effects", [])),
             "pseudopairs": pseudopairs,
-            "tables": {t: {**config["tables"][t], "seeds": table_seeds(config, t)} for t in tables},
+            "tables": {t: {**table_entry(config, t), "seeds": table_seeds(config, t)} for t in tables},
             "metrics": {name: {str(seed): layout.metrics(name, seed) for seed in seeds}
                         for name, seeds in compared.items()},
             # every run of every table: how its training ended (training_runs.csv)
@@ -194,7 +194,7 @@ def method_check_inputs(config: dict) -> list[str]:
 def training_curves_spec(config: dict) -> dict[str, Any]:
     """The ``training-curves`` step's input: the tables and the training log of every experiment
     any table shows, per seed (experiment -> seed -> path; the rule's inputs)."""
-    return {"tables": config["tables"],
+    return {"tables": {t: table_entry(config, t) for t in config["tables"]},
             "logs": {name: {str(seed): layout.train_log(name, seed) for seed in seeds}
                      for name, seeds in shown_models(config).items()}}
 
