@@ -374,8 +374,12 @@ def test_config_on_the_command_line_is_typed_by_the_schema():
     config["resources"]["mem_mb"]["train"] = "5000"
     config["world"]["images"]["m30k"]["train"] = "100"
     config["text"]["case"] = "truecase"
+    config["tables"]["table2"]["seeds"] = ["1", "2"]     # oneOf: a list of seeds, or a list's name
+    config["seed_lists"]["check"] = ["4"]
     coerce_config_strings(config, load_schema())
     assert config["seeds"] == [1, 3]
+    assert config["tables"]["table2"]["seeds"] == [1, 2] and config["tables"]["table1"]["seeds"] == "check"
+    assert config["seed_lists"]["check"] == [4]
     assert (config["training"]["max_updates"], config["training"]["c2c_warmup"],
             config["training"]["learning_rate"]) == (10, None, 1e-3)
     assert config["features"]["skip_unreadable"] is True and config["resources"]["mem_mb"]["train"] == 5000
@@ -392,13 +396,12 @@ def test_config_on_the_command_line_is_typed_by_the_schema():
 
 def test_snakemake_config_seeds_on_the_command_line(tmp_path):
     """config/README.md promises `--config KEY=VALUE`: a list, a nested mapping and a nested number
-    work. With seeds [1] for paper 000's tables (and paper 004's tables at seeds 1 and 2), Table
-    1's experiments that only 000's tables show train seed 1 alone (rule train); those 004's
-    tables show too train seeds 1 and 2 in one stack job (training.stack [3]: one block)."""
-    one = "{seeds: [1]}"
-    tables = "{" + ", ".join(f"table{k}: {one}" for k in (1, 2, 3, 5, 6, 7)) + "}"
+    work. With seeds [1] for paper 000's tables (their seed list `check`; paper 004's tables at
+    seeds 1 and 2), Table 1's experiments that only 000's tables show train seed 1 alone (rule
+    train); those 004's tables show too train seeds 1 and 2 in one stack job (training.stack [3]:
+    one block)."""
     result = run_snakemake(tmp_path, "-n", "-p", "--cores", "2", "results/table1.csv",
-                           "--config", "seeds=[1]", f"tables={tables}", "training={max_updates: 10}")
+                           "--config", "seeds=[1]", "seed_lists={check: [1]}", "training={max_updates: 10}")
     assert result.returncode == 0, result.stderr[-3000:]
     from test_workflow import job_counts
 

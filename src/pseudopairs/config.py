@@ -118,7 +118,8 @@ def coerce_config_strings(value: Any, schema: dict, root: dict | None = None) ->
     which keeps every scalar a string), and this makes it ``[1]`` before validation. Strings the
     schema admits, and strings that do not parse to a fitting value ('big'), stay as they are, so
     the schema check still names them. Walks properties, patternProperties, additionalProperties,
-    items, ``$ref`` into ``#/$defs`` and allOf; mappings and lists are updated in place."""
+    items, ``$ref`` into ``#/$defs``, allOf, and the oneOf/anyOf branch of a list's or mapping's
+    own type; mappings and lists are updated in place."""
     root = schema if root is None else root
     if "$ref" in schema and schema["$ref"].startswith("#/$defs/"):
         schema = {**root["$defs"][schema["$ref"].rsplit("/", 1)[1]],
@@ -148,6 +149,12 @@ def coerce_config_strings(value: Any, schema: dict, root: dict | None = None) ->
     for sub in schema.get("allOf", []):
         if isinstance(sub, dict) and "if" not in sub:
             value = coerce_config_strings(value, sub, root)
+    for sub in list(schema.get("oneOf", [])) + list(schema.get("anyOf", [])):
+        # a list or mapping under oneOf/anyOf: its items are coerced by the branch of its type
+        if isinstance(sub, dict) and "type" in sub and isinstance(value, (list, dict)) \
+                and _fits_type({"type": sub["type"]}, value):
+            value = coerce_config_strings(value, sub, root)
+            break
     return value
 
 
