@@ -81,7 +81,7 @@ def validate(model: RankingModel, val_sets: Sequence[CaptionSet], *,
     either way; what differs is how many close candidates the engine settles in float64 on the
     host. A validation set is small (the GEMM costs little anywhere), while a model early in
     training has many close scores, and bf16's wide windows hold many of them: float32 (the
-    default) settles far fewer (measured: docs/benchmarks.md, "Validation"); ``auto`` leaves the
+    default) settles far fewer (measured: docs/benchmarks.md, "Training", validation); ``auto`` leaves the
     choice to the engine (bf16 on a GPU or a CPU with a bf16 unit)."""
     from pseudopairs.similarity import bf16_mode
     from pseudopairs.similarity.metrics import retrieval_metrics
