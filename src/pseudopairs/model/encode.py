@@ -88,11 +88,6 @@ def validate(model: RankingModel, val_sets: Sequence[CaptionSet], *,
 
     if candidates not in VALIDATION_CANDIDATES:
         raise ValueError(f"validate: candidates must be one of {VALIDATION_CANDIDATES}, got {candidates!r}")
-    with bf16_mode(False if candidates == "float32" else None):
-        return _validate(model, val_sets, retrieval_metrics)
-
-
-def _validate(model: RankingModel, val_sets: Sequence[CaptionSet], retrieval_metrics) -> tuple[float, dict]:
     image_cache: dict[int, torch.Tensor] = {}
     batch_size = VALIDATION_BATCH_CUDA if model.device.type == "cuda" else ENCODE_BATCH
     score = 0.0
@@ -102,9 +97,10 @@ def _validate(model: RankingModel, val_sets: Sequence[CaptionSet], retrieval_met
         if key not in image_cache:
             image_cache[key] = encode_image_features(model, caption_set.features, on_device=True)
         captions = encode_token_table(model, caption_set.tokens, on_device=True, batch_size=batch_size)
-        result = retrieval_metrics(image_embeddings=image_cache[key], caption_embeddings=captions,
-                                   caption_image_index=caption_set.feature_rows,
-                                   similarity=model.similarity)
+        with bf16_mode(False if candidates == "float32" else None):
+            result = retrieval_metrics(image_embeddings=image_cache[key], caption_embeddings=captions,
+                                       caption_image_index=caption_set.feature_rows,
+                                       similarity=model.similarity)
         result = {k: float(v) for k, v in result.items()}
         metrics[caption_set.lang] = result
         score += result["rsum"]

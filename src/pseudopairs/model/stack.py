@@ -301,11 +301,13 @@ class StackedAdam:
 # One update of a stack
 
 
-def _padded(tokens: list[torch.Tensor], lengths: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_captions(tokens: list[torch.Tensor], lengths: list[torch.Tensor], *, rows: int | None = None,
+                    steps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One caption batch per model, padded to one ``(n, rows, steps)`` block (extra rows: one PAD
-    token, length 1 — encoded and never used)."""
-    rows = max(t.shape[0] for t in tokens)
-    steps = max(int(torch.as_tensor(x).max()) for x in lengths)
+    token, length 1 — encoded and never used); ``rows`` / ``steps`` default to the largest batch
+    and the longest caption."""
+    rows = max(t.shape[0] for t in tokens) if rows is None else rows
+    steps = max(int(torch.as_tensor(x).max()) for x in lengths) if steps is None else steps
     out = torch.full((len(tokens), rows, steps), PAD_ID, dtype=torch.int64)
     out_lengths = torch.ones((len(tokens), rows), dtype=torch.int64)
     for s, (tok, length) in enumerate(zip(tokens, lengths)):
@@ -313,6 +315,15 @@ def _padded(tokens: list[torch.Tensor], lengths: list[torch.Tensor]) -> tuple[to
         out[s, :tok.shape[0], :width] = tok[:, :width]
         out_lengths[s, :tok.shape[0]] = torch.as_tensor(length)
     return out, out_lengths
+
+
+def padded_features(features: list[torch.Tensor], *, rows: int) -> torch.Tensor:
+    """The image features of some models' c2i batches as one ``(n, rows, image_dim)`` block, zero
+    rows beyond each batch."""
+    out = torch.zeros((len(features), rows, features[0].shape[1]), dtype=features[0].dtype)
+    for k, block in enumerate(features):
+        out[k, :block.shape[0]] = block
+    return out
 
 
 def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
@@ -336,20 +347,17 @@ def stacked_update(stack: StackedRankingModel, optimizer: StackedAdam,
     def on_device(x: torch.Tensor) -> torch.Tensor:
         return x.to(device, non_blocking=non_blocking)
 
-    tokens, lengths = _padded([b.tokens if c else b.tokens_b for b, c in zip(batches, is_c2i)],
-                              [b.lengths if c else b.lengths_b for b, c in zip(batches, is_c2i)])
+    tokens, lengths = padded_captions([b.tokens if c else b.tokens_b for b, c in zip(batches, is_c2i)],
+                                      [b.lengths if c else b.lengths_b for b, c in zip(batches, is_c2i)])
     b_side = stack.encode_captions(on_device(tokens), lengths)
     parts = []
     if c2i_at:
-        width = max(sizes[s] for s in c2i_at)
-        first = batches[c2i_at[0]].features
-        features = torch.zeros((len(c2i_at), width, first.shape[1]), dtype=first.dtype)
-        for k, s in enumerate(c2i_at):
-            features[k, :sizes[s]] = batches[s].features
+        features = padded_features([batches[s].features for s in c2i_at],
+                                   rows=max(sizes[s] for s in c2i_at))
         parts.append(stack.encode_images(on_device(features), on_device(torch.tensor(c2i_at))))
     if c2c_at:
-        tokens, lengths = _padded([batches[s].tokens_a for s in c2c_at],
-                                  [batches[s].lengths_a for s in c2c_at])
+        tokens, lengths = padded_captions([batches[s].tokens_a for s in c2c_at],
+                                          [batches[s].lengths_a for s in c2c_at])
         parts.append(stack.encode_captions(on_device(tokens), lengths, on_device(torch.tensor(c2c_at))))
     rows = max(p.shape[1] for p in parts + [b_side])
     parts = [p if p.shape[1] == rows else F.pad(p, (0, 0, 0, rows - p.shape[1])) for p in parts]

@@ -31,10 +31,9 @@ from typing import Sequence
 
 import torch
 
-from pseudopairs.data.vocab import PAD_ID
 from pseudopairs.model.batches import C2CBatch, C2IBatch
-from pseudopairs.model.stack import (StackedAdam, StackedRankingModel, stacked_contrastive_loss,
-                                     step_models)
+from pseudopairs.model.stack import (StackedAdam, StackedRankingModel, padded_captions, padded_features,
+                                     stacked_contrastive_loss, step_models)
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +41,6 @@ log = logging.getLogger(__name__)
 # the recurrence computes for nothing. Measured on an H200 (docs/benchmarks.md): with 8, captions
 # of 6-18 tokens ran 24 steps and a stack of ten in float32 was slower than without graphs.
 STEP_BUCKET = 2
-
-
-def _fill_tokens(tokens: torch.Tensor, lengths: torch.Tensor, batches: Sequence[tuple]) -> None:
-    """Write ``(tokens, lengths)`` caption batches into ``tokens`` ``(n, rows, steps)`` (PAD) and
-    ``lengths`` ``(n, rows)`` (padding rows: one PAD token, length 1: encoded, never used)."""
-    tokens.fill_(PAD_ID)
-    lengths.fill_(1)
-    for s, (tok, length) in enumerate(batches):
-        width = min(tok.shape[1], tokens.shape[2])
-        tokens[s, :tok.shape[0], :width] = tok[:, :width]
-        lengths[s, :tok.shape[0]] = torch.as_tensor(length)
 
 
 class StaticStackUpdate:
@@ -93,22 +81,14 @@ class StaticStackUpdate:
         rows = max(sizes)
         longest = max(int(torch.as_tensor(length).max()) for _, length in b_side + a_side)
         steps = -(-longest // STEP_BUCKET) * STEP_BUCKET
-        n = len(batches)
-        host = {"tokens_b": torch.empty((n, rows, steps), dtype=torch.int64),
-                "lengths_b": torch.empty((n, rows), dtype=torch.int64),
-                "valid": torch.arange(rows)[None, :] < torch.tensor(sizes)[:, None],
+        host = {"valid": torch.arange(rows)[None, :] < torch.tensor(sizes)[:, None],
                 "is_c2i": torch.tensor(is_c2i)}
-        _fill_tokens(host["tokens_b"], host["lengths_b"], b_side)
+        host["tokens_b"], host["lengths_b"] = padded_captions(*zip(*b_side), rows=rows, steps=steps)
         if c2i_at:
-            first = batches[c2i_at[0]].features
-            host["features"] = torch.zeros((len(c2i_at), rows, first.shape[1]), dtype=first.dtype)
-            for k, s in enumerate(c2i_at):
-                host["features"][k, :sizes[s]] = batches[s].features
+            host["features"] = padded_features([batches[s].features for s in c2i_at], rows=rows)
             host["c2i_index"] = torch.tensor(c2i_at)
         if c2c_at:
-            host["tokens_a"] = torch.empty((len(c2c_at), rows, steps), dtype=torch.int64)
-            host["lengths_a"] = torch.empty((len(c2c_at), rows), dtype=torch.int64)
-            _fill_tokens(host["tokens_a"], host["lengths_a"], a_side)
+            host["tokens_a"], host["lengths_a"] = padded_captions(*zip(*a_side), rows=rows, steps=steps)
             host["c2c_index"] = torch.tensor(c2c_at)
         host["unorder"] = torch.argsort(torch.tensor(c2i_at + c2c_at))  # part rows → model order
         key = (rows, steps, len(c2i_at), str(host["features"].dtype) if c2i_at else None)
