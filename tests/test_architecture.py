@@ -196,7 +196,7 @@ def test_the_public_names_other_checks_call_are_importable():
 def test_a_throwaway_criterion_through_the_registry_alone(tmp_path):
     """A new criterion = one registration (here in the test): the search, its reference, the
     config checks (name and parameters), the statistics spec and the docs table all take it."""
-    from pseudopairs.mining.contract import mining_settings
+    from pseudopairs.mining.contract import mining_job
     from pseudopairs.report.contract import pseudopair_stats_spec
     from pseudopairs.mining import criteria, nearest_neighbours, nearest_neighbours_reference
     from pseudopairs.mining.search import argmax_reference, best_per_line
@@ -230,7 +230,7 @@ def test_a_throwaway_criterion_through_the_registry_alone(tmp_path):
                                                       "mining": {"criterion": "farthest", "weight": 3.0}}
         check_config(copy.deepcopy(config))
         assert pseudopair_stats_spec(config)["sets"]["de_coco.farthest"]["criterion"] == "farthest"
-        assert mining_settings(config, "de_coco.farthest")["weight"] == 3.0
+        assert mining_job(config, "de_coco.farthest", 1).params == {"weight": 3.0}
         bad = copy.deepcopy(config)
         bad["pseudopairs"]["de_coco.farthest"]["mining"]["k"] = 3
         with pytest.raises(ValueError, match="mining.k': k is only used by the criteria"):

@@ -4,7 +4,7 @@ inputs from the config's declarations."""
 from __future__ import annotations
 
 import copy
-
+import json
 import pytest
 
 from conftest import REPO
@@ -13,6 +13,7 @@ from pseudopairs.config import check_config, load_config
 from pseudopairs.data import contract as data_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.mining import contract as mining_contract
+from pseudopairs.mining.job import MiningJob
 from pseudopairs.model import contract as model_contract
 from pseudopairs.report import contract as report_contract
 from pseudopairs.translation import contract as translation_contract
@@ -83,14 +84,16 @@ def test_pseudopair_data_set_of_seed_s_uses_the_pairs_mined_by_seed_s_of_its_sou
     # c2c over COCO English <-> its pseudo-German captions (paper §5), next to the M30K c2c
     assert [c["name"] for c in spec["c2c"]] == ["m30k.en+m30k.de", "coco.en+coco.de-pseudo25@en_de_coco_c2c"]
     assert spec["init_from"] == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
-    mining = mining_contract.mining_spec(config, "en_de_coco_c2c", 2)
-    assert mining["checkpoint"] == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
-    assert mining["vocab"] == "results/models/en_de_coco_c2c/seed2/vocab.json"
-    assert (mining["queries"]["captions"], mining["queries"]["lang"]) == ("results/captions/coco/train.parquet", "en")
-    assert (mining["database"]["captions"], mining["database"]["lang"]) == ("results/captions/m30k/train.parquet", "de")
-    assert mining["settings"]["criterion"] == "cosine"
-    csls = mining_contract.mining_spec(config, "de_coco.csls", 1)["settings"]
-    assert (csls["criterion"], csls["k"], csls["device"]) == ("csls", 10, "auto")
+    mining = mining_contract.mining_job(config, "en_de_coco_c2c", 2)
+    assert mining.checkpoint == "results/models/en_de_coco_c2c/seed2/checkpoint.pt"
+    assert mining.vocab == "results/models/en_de_coco_c2c/seed2/vocab.json"
+    assert (mining.queries.captions, mining.queries.lang) == ("results/captions/coco/train.parquet", "en")
+    assert (mining.database.captions, mining.database.lang) == ("results/captions/m30k/train.parquet", "de")
+    assert (mining.criterion, mining.params) == ("cosine", {})
+    csls = mining_contract.mining_job(config, "de_coco.csls", 1)
+    assert (csls.criterion, csls.params, csls.engine.device) == ("csls", {"k": 10}, "auto")
+    # the job travels as nested JSON and comes back equal
+    assert MiningJob.from_dict(json.loads(csls.to_json())) == csls
     # a retrained pseudopair experiment builds its vocabulary from its own data, pseudopairs included
     assert model_contract.training_spec(config, "de_coco_pseudo", 1)["vocab"] == {"min_count": 4}
 

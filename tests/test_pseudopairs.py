@@ -18,7 +18,7 @@ from pseudopairs.report.figures import choose_examples, pseudopair_figure
 from pseudopairs.mining.statistics import (image_agreement, pseudopair_statistics, pseudopair_statistics_reference,
                                            run_statistics, transferred_jaccard)
 from pseudopairs.io import PAIR_COLUMNS, read_pairs
-from pseudopairs.mining.settings import MiningRun
+from pseudopairs.mining.job import MiningJob
 from pseudopairs.mining.step import mine_pseudopairs, percentile_filter, pseudopair_caption_table
 from pseudopairs.data.vocab import Vocabulary
 from test_training import COLOURS, SETTINGS, SHAPES, _world
@@ -26,14 +26,17 @@ from test_training import COLOURS, SETTINGS, SHAPES, _world
 torch.set_num_threads(1)
 
 
-def mining_spec(root, *, queries, database, name="toy", source="en_de_c2c", settings=None):
-    """The ``mine`` step's spec for the model trained under ``root``: queries and database are
-    ``(caption table, lang)``."""
-    return {"pseudopairs": name, "source": source, "seed": 1,
-            "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
-            "queries": {"captions": queries[0], "lang": queries[1]},
-            "database": {"captions": database[0], "lang": database[1]},
-            "settings": settings if settings is not None else {"device": "cpu"}}
+def mining_job(root, *, queries, database, name="toy", source="en_de_c2c", engine=None,
+               criterion="cosine", params=None) -> MiningJob:
+    """The ``mine`` job (as JSON, the way the rule passes it) for the model trained under
+    ``root``: queries and database are ``(caption table, lang)``."""
+    return MiningJob.from_dict({
+        "pseudopairs": name, "source": source, "seed": 1,
+        "checkpoint": str(root / "model" / "checkpoint.pt"), "vocab": str(root / "model" / "vocab.json"),
+        "queries": {"name": "queries", "captions": queries[0], "lang": queries[1]},
+        "database": {"name": "database", "captions": database[0], "lang": database[1]},
+        "engine": engine if engine is not None else {"device": "cpu"},
+        "criterion": criterion, "params": params or {}})
 
 
 def check_nearest_and_same_things(root, *, queries, database, pairs, query_lang, match_lang):
@@ -115,11 +118,9 @@ def trained(tmp_path_factory):
 def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, tmp_path):
     root, spec = trained
     captions = spec["c2i"][0]["captions"]
-    mining = mining_spec(root, queries=(captions, "en"), database=(captions, "de"),
-                         settings={"criterion": "cosine", "device": "cpu", "block_size": 7,
-                                   "encode_batch_size": 16, "threads": 1})
-    settings = MiningRun.from_dict(mining["settings"])
-    stats = mine_pseudopairs(spec=mining, settings=settings, pairs_path=tmp_path / "pairs.parquet",
+    job = mining_job(root, queries=(captions, "en"), database=(captions, "de"),
+                     engine={"device": "cpu", "block_size": 7, "encode_batch_size": 16, "threads": 1})
+    stats = mine_pseudopairs(job=job, pairs_path=tmp_path / "pairs.parquet",
                              stats_path=tmp_path / "stats.json", progress=False)
     pairs = read_pairs(tmp_path / "pairs.parquet")
     frame = pd.read_parquet(captions)
@@ -135,7 +136,7 @@ def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, 
     saved = json.loads((tmp_path / "stats.json").read_text())
     assert saved["n_database"] == 300 and saved["n_unmatched"] == 0
     assert saved["settings"] == {"criterion": "cosine", "device": "cpu", "block_size": 7,
-                                 "encode_batch_size": 16, "threads": 1} == settings.to_dict()
+                                 "encode_batch_size": 16, "threads": 1} == job.settings_record()
     assert saved["used_share"] == pytest.approx(pairs["match_row"].nunique() / 300)
     assert not list(tmp_path.glob("*.tmp*"))
 
@@ -143,12 +144,13 @@ def test_mining_takes_each_querys_most_cosine_similar_database_caption(trained, 
 def test_mining_errors_name_the_input(trained, tmp_path):
     root, spec = trained
     captions = spec["c2i"][0]["captions"]
-    mining = mining_spec(root, queries=(captions, "fr"), database=(captions, "de"), source="x")
+    job = mining_job(root, queries=(captions, "fr"), database=(captions, "de"), source="x")
     with pytest.raises(ValueError, match="no 'fr' captions to mine"):
-        mine_pseudopairs(spec=mining, settings=MiningRun.from_dict(mining["settings"]),
-                         pairs_path=tmp_path / "p.parquet", stats_path=tmp_path / "s.json")
-    with pytest.raises(ValueError, match=r"beam is not a parameter of any criterion"):
-        MiningRun.from_dict({"beam": 3})
+        mine_pseudopairs(job=job, pairs_path=tmp_path / "p.parquet", stats_path=tmp_path / "s.json")
+    with pytest.raises(ValueError, match=r"mining job.params: beam is not a parameter of any criterion"):
+        mining_job(root, queries=(captions, "en"), database=(captions, "de"), params={"beam": 3})
+    with pytest.raises(ValueError, match=r"mining job.engine: mining.device: must be auto, cpu, cuda or cuda:N"):
+        mining_job(root, queries=(captions, "en"), database=(captions, "de"), engine={"device": "gpu"})
     assert not (tmp_path / "p.parquet").exists() and not (tmp_path / "s.json").exists()
 
 

@@ -22,10 +22,9 @@ from pseudopairs.mining import contract as mining_contract
 from pseudopairs.model.contract import training_langs
 from pseudopairs.io import read_pairs
 from pseudopairs.mining.statistics import pseudopair_statistics
-from pseudopairs.mining.settings import MiningRun
 from pseudopairs.mining.step import mine_pseudopairs, pseudopair_caption_table
 from pseudopairs.report.pseudopair_stats import panels
-from test_pseudopairs import check_nearest_and_same_things, mining_spec
+from test_pseudopairs import check_nearest_and_same_things, mining_job
 from test_training import SETTINGS, _world
 from test_workflow import job_block, job_counts, model_counts
 
@@ -59,12 +58,11 @@ def two_corpora(tmp_path_factory):
 def test_reverse_mining_gives_each_german_caption_its_nearest_english_coco_caption(two_corpora, tmp_path):
     root, spec, coco = two_corpora
     m30k = spec["c2i"][0]["captions"]
-    mining = mining_spec(root, queries=(m30k, "de"), database=(coco, "en"), name="de_coco.reverse",
-                         source="de_coco", settings={"criterion": "cosine", "device": "cpu", "block_size": 16,
-                                                     "encode_batch_size": 32, "threads": 1})
-    stats = mine_pseudopairs(spec=mining, settings=MiningRun.from_dict(mining["settings"]),
-                             pairs_path=tmp_path / "pairs.parquet", stats_path=tmp_path / "stats.json",
-                             progress=False)
+    job = mining_job(root, queries=(m30k, "de"), database=(coco, "en"), name="de_coco.reverse",
+                     source="de_coco", engine={"device": "cpu", "block_size": 16,
+                                               "encode_batch_size": 32, "threads": 1})
+    stats = mine_pseudopairs(job=job, pairs_path=tmp_path / "pairs.parquet",
+                             stats_path=tmp_path / "stats.json", progress=False)
     pairs = read_pairs(tmp_path / "pairs.parquet")
     frame = pd.read_parquet(m30k)
     de = frame[frame["lang"] == "de"].reset_index(drop=True)
@@ -140,10 +138,10 @@ def test_the_config_checks_the_reverse_direction_by_role_not_by_corpus():
     assert files == {"name": "m30k.en-pseudo@de_coco.reverse", "lang": "en",
                      "captions": "results/pseudopairs/de_coco.reverse/seed2/captions.p0.parquet",
                      "features": "results/features/m30k/train.npz"}
-    mining = mining_contract.mining_spec(config, "de_coco.reverse", 1)
-    assert (mining["queries"]["lang"], mining["database"]["lang"]) == ("de", "en")
-    assert mining["queries"]["captions"] == "results/captions/m30k/train.parquet"
-    assert mining["database"]["captions"] == "results/captions/coco/train.parquet"
+    mining = mining_contract.mining_job(config, "de_coco.reverse", 1)
+    assert (mining.queries.lang, mining.database.lang) == ("de", "en")
+    assert mining.queries.captions == "results/captions/m30k/train.parquet"
+    assert mining.database.captions == "results/captions/coco/train.parquet"
     assert training_langs(config, "de_coco_rev_c2c_ft") == ["de", "en"]   # validated like De+COCO
 
     wrong = demo()   # pseudo-English of the COCO images: the reverse pairs annotate M30K images

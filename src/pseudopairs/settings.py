@@ -17,10 +17,17 @@ The same mechanism declares the parameters of every registered extension (a mini
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
 S = TypeVar("S", bound="Settings")
+
+#: Every stage takes a device the same way: ``auto`` (the first CUDA device when torch sees one,
+#: else the CPU), ``cpu``, ``cuda`` or ``cuda:N`` (:func:`device_setting`, :func:`resolve_device`).
+DEVICE_PATTERN = r"auto|cpu|cuda(?::[0-9]+)?"
+#: How a ``pattern`` of :func:`setting` is said in an error message (else the pattern itself).
+PATTERN_TEXT = {DEVICE_PATTERN: "auto, cpu, cuda or cuda:N"}
 
 _KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
                dict: "an object", list: "a list"}
@@ -29,15 +36,16 @@ _KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str:
 def setting(default: Any = MISSING, *, kind: type, low: float | None = None,
             high: float | None = None, low_open: bool = False, high_open: bool = False,
             choices: Sequence[Any] | None = None, optional: bool = False, doc: str = "",
-            shape: dict | None = None) -> Any:
+            shape: dict | None = None, pattern: str | None = None) -> Any:
     """A settings field: ``kind`` (int, float, bool, str, dict, list), an optional range
     ``[low, high]`` (``low_open``/``high_open`` exclude the bound), or ``choices``; ``optional``
     admits ``None``; ``doc`` is shown in the docs and the schema. No default = required.
     ``shape``: for a dict or list setting, the JSON schema of its inside (the config schema
-    checks it; the class's :meth:`Settings.check` may check it too)."""
+    checks it; the class's :meth:`Settings.check` may check it too). ``pattern``: for a string
+    setting, a regular expression the whole value must match (:data:`PATTERN_TEXT` says it in words)."""
     meta = {"kind": kind, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "optional": optional,
-            "doc": doc, "shape": shape}
+            "doc": doc, "shape": shape, "pattern": pattern}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -61,6 +69,9 @@ def _is_kind(value: Any, kind: type) -> bool:
 def _describe(meta: dict) -> str:
     if meta["choices"] is not None:
         return f"one of {list(meta['choices'])}"
+    if meta.get("pattern") is not None:
+        return ("null or " if meta["optional"] else "") + PATTERN_TEXT.get(
+            meta["pattern"], f"a string matching {meta['pattern']}")
     text = _KIND_NAMES.get(meta["kind"], meta["kind"].__name__)
     low, high = meta["low"], meta["high"]
     if low is not None and high is not None:
@@ -78,6 +89,8 @@ def check_value(value: Any, meta: dict) -> Any:
     if value is None and meta["optional"]:
         return None
     ok = _is_kind(value, meta["kind"]) if meta["choices"] is None else value in meta["choices"]
+    if ok and meta.get("pattern") is not None:
+        ok = re.fullmatch(meta["pattern"], value) is not None
     if ok and meta["choices"] is None and meta["kind"] in (int, float):
         low, high = meta["low"], meta["high"]
         if low is not None:
@@ -210,6 +223,8 @@ def value_schema(meta: dict) -> dict:
     else:
         kind = _JSON_TYPES[meta["kind"]]
         out = {"type": [kind, "null"] if meta["optional"] else kind}
+        if meta.get("pattern") is not None:
+            out["pattern"] = f"^(?:{meta['pattern']})$"
         if meta["kind"] in (int, float):
             if meta["low"] is not None:
                 out["exclusiveMinimum" if meta["low_open"] else "minimum"] = meta["low"]
@@ -282,7 +297,11 @@ def expand_schema(schema: Any) -> Any:
 # Devices
 # --------------------------------------------------------------------------------------------
 
-DEVICES = ("auto", "cpu", "cuda")
+
+def device_setting(doc: str = "") -> Any:
+    """The ``device`` setting of a step (one notion for every stage: :data:`DEVICE_PATTERN`)."""
+    text = "auto (CUDA when torch sees a GPU, else the CPU) | cpu | cuda | cuda:N"
+    return setting("auto", kind=str, pattern=DEVICE_PATTERN, doc=f"{doc}: {text}" if doc else text)
 
 
 def _torch_cuda_count() -> int:
@@ -296,7 +315,7 @@ def resolve_device(name: str, *, key: str, cuda_count: Callable[[], int] | None 
     ``cpu``; ``cpu``, ``cuda`` or ``cuda:N`` are taken as asked, and asking for CUDA where there
     is none is an error naming the config ``key``. ``cuda_count`` counts the CUDA devices the
     step's library sees (torch's by default; CTranslate2 passes its own)."""
-    if not isinstance(name, str) or not (name in DEVICES or name.startswith("cuda:")):
+    if not isinstance(name, str) or re.fullmatch(DEVICE_PATTERN, name) is None:
         raise SettingsError(f"{key}: must be auto, cpu, cuda or cuda:N, got {name!r}")
     if name == "cpu":
         return "cpu"
@@ -305,4 +324,8 @@ def resolve_device(name: str, *, key: str, cuda_count: Callable[[], int] | None 
         return "cuda" if count > 0 else "cpu"
     if count == 0:
         raise SettingsError(f"{key}: {name} was asked for, but no CUDA device is visible")
+    index = int(name.partition(":")[2] or 0)
+    if index >= count:
+        raise SettingsError(f"{key}: {name} was asked for, but only {count} CUDA device(s) are "
+                            f"visible (cuda:0 … cuda:{count - 1})")
     return name

@@ -1,7 +1,6 @@
 # Shared names and input functions. Rules stay thin: inputs, outputs, params, one CLI call; a
 # rule's inputs and spec come from its stage's contract (pseudopairs.<stage>.contract), bridged
 # from the job's wildcards by from_wildcards.
-import inspect
 import json
 import os
 import re
@@ -16,10 +15,11 @@ from pseudopairs.data import contract as data_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.features import contract as features_contract
 from pseudopairs.mining import contract as mining_contract
+from pseudopairs.mining.job import MiningJob
 from pseudopairs.model import contract as model_contract
 from pseudopairs.report import contract as report_contract
-from pseudopairs.report import effects as report_effects
 from pseudopairs.report import pages
+from pseudopairs.report import targets as report_targets
 from pseudopairs.smalr import clc_contract
 from pseudopairs.smalr import specs as smalr_specs
 from pseudopairs.translation import contract as translation_contract
@@ -30,6 +30,8 @@ RESOURCES = config["resources"]
 GPU = RESOURCES["gpu"]
 SPLITS = list(data_contract.SPLITS)
 MODELS = blocks.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
+# for `snakemake --report`: the paths that exist (a report after a partial run); else all
+present = report_targets.presence(workflow)
 
 
 wildcard_constraints:
@@ -48,21 +50,25 @@ DOWNLOADS = f"{layout.RESULTS}/downloads"
 
 
 def as_json(value, *, sort_keys=True):
-    """A config section as a compact JSON string (a rule param, so a change reruns the rule).
-    ``sort_keys=False`` keeps the YAML order where it carries meaning."""
+    """A config section or a typed job (pseudopairs.jobs) as a compact JSON string (a rule param,
+    so a change reruns the rule). ``sort_keys=False`` keeps the YAML order where it carries
+    meaning."""
+    value = value.to_dict() if hasattr(value, "to_dict") else value
     return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"))
 
 
-def from_wildcards(function, *names, key=None, to_json=False, sort_keys=True):
+def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_keys=True):
     """A rule's input function or param: ``function(config, *values)`` of the job's wildcards
-    ``names`` (``seed`` as an int), its ``key`` if given, as a JSON string with ``to_json`` -- the
-    one bridge from a job's wildcards to the stages' contracts (pseudopairs.<stage>.contract),
-    pseudopairs.rounds and pseudopairs.seed_blocks, so no function here only forwards to them."""
+    ``names`` (``seed`` as an int), its ``key`` if given, ``then(result)`` if given (a job's
+    ``inputs``), as a JSON string with ``to_json`` -- the one bridge from a job's wildcards to the
+    stages' contracts (pseudopairs.<stage>.contract), pseudopairs.rounds and
+    pseudopairs.seed_blocks, so no function here only forwards to them."""
 
     def call(wildcards):
         values = [int(wildcards[n]) if n == "seed" else wildcards[n] for n in names]
         result = function(config, *values)
         result = result if key is None else result[key]
+        result = result if then is None else then(result)
         return as_json(result, sort_keys=sort_keys) if to_json else result
 
     return call
@@ -149,8 +155,6 @@ def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=(), models=
     return {**resources, **placed}
 
 
-def all_tables():
-    return [layout.table(name) for name in config["tables"]]
 
 
 def one_of(names):
@@ -158,39 +162,12 @@ def one_of(names):
     return "|".join(re.escape(name) for name in names) if names else "$^"
 
 
-def table_figures():
-    """The tables drawn as bars too (`figure: true`; rule all and the results page)."""
-    return [
-        layout.table_figure(name) for name, spec in config["tables"].items() if spec.get("figure")
-    ]
 
 
-def parameters_figures():
-    """Each table's `parameters_figure` (paper 002's Figure 3) and its points (rule all)."""
-    return [
-        layout.parameters_figure(name, ext)
-        for name in report_contract.parameters_figures(config)
-        for ext in ("png", "csv")
-    ]
 
 
-def parameters_figure_pattern():
-    names = report_contract.parameters_figures(config)
-    return one_of(names)
 
 
-def pseudopair_outputs():
-    """§7.2 statistics and Figure 1, when the config declares pseudopair sets."""
-    outputs = []
-    if mining_contract.pseudopair_sets(config):
-        outputs += [
-            layout.pseudopair_stats(),
-            layout.caption_use_plot(),
-            layout.similarity_histogram(),
-        ]
-    if config.get("pseudopair_stats", {}).get("figure"):
-        outputs += [layout.pseudopair_figure("png"), layout.pseudopair_figure("html")]
-    return outputs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,36 +221,14 @@ def stack_resources(step, n_models):
     return job_resources(step, gpu=True, **placed)
 
 
-def pseudopair_stats_outputs():
-    """The §7.2 statistics table, when the config declares pseudopair sets (for tables.md)."""
-    return [layout.pseudopair_stats()] if mining_contract.pseudopair_sets(config) else []
 
 
-# Iterated bootstrapping (config `rounds:`, pseudopairs.rounds; rule rounds_summary in rounds.smk)
 
 
-def rounds_outputs():
-    """Each chain's summary CSV and figure (rule all)."""
-    return [
-        path
-        for chain in chains_of_rounds.chains(config)
-        for path in (layout.rounds_summary(chain), layout.rounds_figure(chain))
-    ]
 
 
-def rounds_chain_pattern():
-    names = chains_of_rounds.chains(config)
-    return one_of(names)
 
 
-def training_runs_outputs():
-    """How every table's training runs ended (written by rule method_check with its CSV)."""
-    return [layout.training_runs()] if method_check_outputs() else []
-
-
-def method_check_outputs():
-    """The method check, when the config declares effects (for tables.md and rule all)."""
-    return [layout.method_check()] if config.get("method_check", {}).get("effects") else []
 
 
 def truecaser_inputs():
@@ -571,170 +526,3 @@ def check_job_environment():
             "with --sdm conda, or run every job in the workflow's container with --sdm apptainer "
             "(profiles/README.md)."
         )
-
-
-# ----------------------------------------------------------------------------------------------
-# Report
-# The HTML pages `snakemake --report` shows (pseudopairs.report.html, paths in
-# pseudopairs.report.pages): every table with its effect chart (each row's difference from its
-# source row, ours beside the paper's; pseudopairs.report.effects) and its numbers; the method
-# check and the §7.2 statistics when the config declares them; all of it on one page.
-# A further CSV with paper_* columns is one more `--csv TITLE PATH` of report_results_args.
-
-
-def building_report():
-    """Whether Snakemake is building the DAG for `snakemake --report` (Workflow.create_report
-    is on the call stack): the report shows what exists, while a run plans everything."""
-    create_report = getattr(type(workflow), "create_report", None)
-    code = getattr(create_report, "__code__", None)
-    frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def present(paths):
-    """``paths`` as they are, or for `snakemake --report` those that exist: a report after a
-    partial run (`snakemake results/table5.csv`) shows what is there instead of failing on every
-    result a complete run would add (Snakemake refuses a report() output that does not exist)."""
-    paths = list(paths)
-    return [path for path in paths if Path(path).exists()] if building_report() else paths
-
-
-def all_targets(*groups):
-    """Rule all's inputs (an input function): every output of ``groups`` (lists of paths), or for
-    `snakemake --report` those that exist (:func:`present`)."""
-    return lambda wildcards: present(path for group in groups for path in group)
-
-
-def report_pages():
-    """Every HTML page of the report (rule all)."""
-    outputs = [pages.page(name) for name in config["tables"]]
-    if method_check_outputs():
-        outputs.append(pages.page(pages.METHOD_CHECK))
-    if pseudopair_stats_outputs():
-        outputs.append(pages.page(pages.PSEUDOPAIR_STATS))
-    return outputs + [pages.page(pages.RESULTS)]
-
-
-def report_note():
-    """The line under each page's title: where this run's numbers come from."""
-    seeds = config["seeds"]
-    runs = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-    if WORLD:
-        return (
-            f"Demo world (synthetic data), {runs}: the numbers show the machinery and how the "
-            "methods compare inside one small world; they are not comparable to the paper's."
-        )
-    return f"Real data (Multi30K, COCO), {runs}."
-
-
-def report_ours_label():
-    """Our numbers' name in the effect charts: which world they come from."""
-    return "ours (demo world)" if WORLD else "ours (real data)"
-
-
-def report_table_inputs(wildcards):
-    """A table's page: its CSV and the metrics of every row's model and seed (the per-seed
-    differences of its effect chart)."""
-    return {
-        "table": layout.table(wildcards.table),
-        "metrics": report_effects.page_inputs(config, wildcards.table),
-    }
-
-
-def report_table_specs(wildcards):
-    """One table's page spec (its config entry, row sources, seeds), keyed by its name."""
-    return as_json(
-        {wildcards.table: report_effects.page_spec(config, wildcards.table)}, sort_keys=False
-    )
-
-
-def report_name(name):
-    """(short name, what it shows) of a table or page for the report's lists: its title split at
-    the first ": " (Table 1, English M30K test 2016, aligned setting)."""
-    titles = {
-        pages.RESULTS: "All results: every table with its effect chart, the checks and figures",
-        pages.METHOD_CHECK: pages.METHOD_CHECK_TITLE,
-        pages.PSEUDOPAIR_STATS: pages.PSEUDOPAIR_STATS_TITLE,
-    }
-    title = titles.get(name) or config["tables"].get(name, {}).get("title") or name
-    short, _, about = title.partition(": ")
-    return short, about
-
-
-def report_labels(name):
-    """The label a result has in the report's lists, shown there instead of the file's path: the
-    short name of a table or page (:func:`report_name`: Table 5, 004 Table 2, Method check) or
-    ``name`` itself. ``name``: a table or page name, or a function of the wildcards giving one."""
-    pick = name if callable(name) else (lambda wildcards: name)
-    return lambda wildcards: {"name": report_name(pick(wildcards))[0]}
-
-
-# The report's subcategories of Tables (listed alphabetically by the report)
-REPORT_PAGES = "Charts and tables (pages)"
-REPORT_DATA = "Data (CSV, Markdown)"
-REPORT_FIGURES = "Figures"
-
-
-def report_figures():
-    """(caption, path) of the figures on the results page: training curves, Figure 1, the tables
-    drawn as bars."""
-    figures = [(pages.TRAINING_CURVES_CAPTION, layout.training_curves())]
-    if config.get("pseudopair_stats", {}).get("figure"):
-        figures.append((pages.FIGURE1_CAPTION, layout.pseudopair_figure("png")))
-    for name, spec in config["tables"].items():
-        if spec.get("figure"):  # "heading — caption"
-            caption = "bars: ours (mean ± sd over seeds), the paper's number as a tick where known"
-            figures.append((f"{spec['title']} — {caption}", layout.table_figure(name)))
-    for name, table in report_contract.parameters_figures(config).items():
-        title = config["tables"][table]["parameters_figure"].get("title", name)
-        caption = "mR (mean ± sd over seeds) against trainable parameters"
-        figures.append((f"{title} — {caption}", layout.parameters_figure(name)))
-    return figures
-
-
-def natural(path):
-    """Sort key: table1 … table7 before table10, whatever order layered config files left."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
-
-
-def report_results_inputs(wildcards):
-    """The results page's inputs, tables in natural order (for `snakemake --report`: the tables
-    and figures that exist), and the metrics of every table's effect chart."""
-    tables = present(sorted(all_tables(), key=natural))
-    shown = [Path(path).stem for path in tables]
-    return {
-        "tables": tables,
-        "metrics": sorted(
-            {path for name in shown for path in report_effects.page_inputs(config, name)}
-        ),
-        "method_check": present(method_check_outputs()),
-        "stats": present(pseudopair_stats_outputs()),
-        "figures": present(path for _, path in report_figures()),
-    }
-
-
-def report_results_specs(wildcards, input):
-    """The page spec of every table on the results page."""
-    return as_json(
-        {
-            Path(path).stem: report_effects.page_spec(config, Path(path).stem)
-            for path in input.tables
-        },
-        sort_keys=False,
-    )
-
-
-def report_results_args(wildcards, input):
-    """report-page's sections, as a list (each item quoted in the shell)."""
-    args = [arg for path in input.tables for arg in ("--table", path)]
-    args += [
-        arg for path in input.method_check for arg in ("--csv", pages.METHOD_CHECK_TITLE, path)
-    ]
-    args += [arg for path in input.stats for arg in ("--pseudopair-stats", path)]
-    captions = dict((path, caption) for caption, path in report_figures())
-    args += [arg for path in input.figures for arg in ("--image", captions[path], path)]
-    return args

@@ -15,8 +15,8 @@ rule method_check:
             layout.method_check(),
             caption="../report/method_check.rst",
             category="Tables",
-            subcategory=REPORT_DATA,
-            labels=report_labels(pages.METHOD_CHECK),
+            subcategory=report_targets.DATA,
+            labels=report_targets.labels(config, pages.METHOD_CHECK),
         ),
         runs=layout.training_runs(),
     log:

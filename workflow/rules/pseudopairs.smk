@@ -12,7 +12,7 @@ localrules:
 
 rule mine:
     input:
-        from_wildcards(mining_contract.mining_inputs, "pseudopairs", "seed"),
+        from_wildcards(mining_contract.mining_job, "pseudopairs", "seed", then=MiningJob.inputs),
     output:
         pairs=layout.pseudopair_pairs("{pseudopairs}", "{seed}"),
         stats=layout.pseudopair_mining_stats("{pseudopairs}", "{seed}"),
@@ -22,13 +22,13 @@ rule mine:
         layout.benchmark("mine", "{pseudopairs}.seed{seed}")
     conda:
         "../../envs/steps.yaml"
-    threads: config["mining"]["threads"]
+    threads: lambda w: mining_contract.mining_job(config, w.pseudopairs, int(w.seed)).engine.threads
     resources:
         **job_resources("mine", gpu=True),
     params:
-        spec=from_wildcards(mining_contract.mining_spec, "pseudopairs", "seed", to_json=True),
+        job=from_wildcards(mining_contract.mining_job, "pseudopairs", "seed", to_json=True),
     shell:
-        "python -m pseudopairs mine --spec {params.spec:q} --threads {threads} --pairs {output.pairs:q} "
+        "python -m pseudopairs mine --job {params.job:q} --threads {threads} --pairs {output.pairs:q} "
         "--stats {output.stats:q} > {log:q} 2>&1"
 
 
@@ -58,19 +58,19 @@ rule pseudopair_stats:
             layout.pseudopair_stats(),
             caption="../report/pseudopair_stats.rst",
             category="Pseudopairs",
-            labels=report_labels("§7.2 statistics (CSV)"),
+            labels=report_targets.labels(config, "§7.2 statistics (CSV)"),
         ),
         plot=report(
             layout.caption_use_plot(),
             caption="../report/caption_use.rst",
             category="Pseudopairs",
-            labels=report_labels("Caption use (hubness)"),
+            labels=report_targets.labels(config, "Caption use (hubness)"),
         ),
         histogram=report(
             layout.similarity_histogram(),
             caption="../report/similarity.rst",
             category="Pseudopairs",
-            labels=report_labels("Similarity of the mined pairs"),
+            labels=report_targets.labels(config, "Similarity of the mined pairs"),
         ),
     log:
         layout.log("pseudopair_stats", "pseudopair_stats"),
@@ -95,13 +95,13 @@ rule pseudopair_figure:
             layout.pseudopair_figure("png"),
             caption="../report/figure1.rst",
             category="Pseudopairs",
-            labels=report_labels("Figure 1"),
+            labels=report_targets.labels(config, "Figure 1"),
         ),
         html=report(
             layout.pseudopair_figure("html"),
             caption="../report/figure1.rst",
             category="Pseudopairs",
-            labels=report_labels("Figure 1 (page)"),
+            labels=report_targets.labels(config, "Figure 1 (page)"),
         ),
     log:
         layout.log("pseudopair_figure", "pseudopair_examples"),

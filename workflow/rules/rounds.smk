@@ -20,14 +20,14 @@ rule rounds_summary:
             layout.rounds_figure("{chain}"),
             caption="../report/rounds.rst",
             category="Pseudopairs",
-            labels=report_labels(lambda w: f"Rounds of {w.chain}"),
+            labels=report_targets.labels(config, lambda w: f"Rounds of {w.chain}"),
         ),
     log:
         layout.log("rounds_summary", "{chain}"),
     benchmark:
         layout.benchmark("rounds_summary", "{chain}")
     wildcard_constraints:
-        chain=rounds_chain_pattern(),
+        chain=one_of(chains_of_rounds.chains(config)),
     conda:
         "../../envs/steps.yaml"
     resources:

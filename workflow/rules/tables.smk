@@ -18,8 +18,8 @@ rule table:
             layout.table("{table}"),
             caption="../report/table.rst",
             category="Tables",
-            subcategory=REPORT_DATA,
-            labels=report_labels(lambda w: w.table),
+            subcategory=report_targets.DATA,
+            labels=report_targets.labels(config, lambda w: w.table),
         ),
     log:
         layout.log("table", "{table}"),
@@ -47,8 +47,8 @@ rule table_figure:
             layout.table_figure("{table}"),
             caption="../report/table_figure.rst",
             category="Tables",
-            subcategory=REPORT_FIGURES,
-            labels=report_labels(lambda w: w.table),
+            subcategory=report_targets.FIGURES,
+            labels=report_targets.labels(config, lambda w: w.table),
         ),
     log:
         layout.log("table_figure", "{table}"),
@@ -75,7 +75,7 @@ rule parameters_figure:
             layout.parameters_figure("{figure}"),
             caption="../report/parameters_figure.rst",
             category="Tables",
-            subcategory=REPORT_FIGURES,
+            subcategory=report_targets.FIGURES,
             labels=lambda w: {"name": w.figure},
         ),
         csv=layout.parameters_figure("{figure}", "csv"),
@@ -84,7 +84,7 @@ rule parameters_figure:
     benchmark:
         layout.benchmark("parameters_figure", "{figure}")
     wildcard_constraints:
-        figure=parameters_figure_pattern(),
+        figure=one_of(report_contract.parameters_figures(config)),
     conda:
         "../../envs/steps.yaml"
     resources:
@@ -101,17 +101,17 @@ rule parameters_figure:
 rule tables_markdown:
     input:
         # for `snakemake --report`: what exists (common.smk, present)
-        tables=lambda w: present(all_tables()),
-        stats=lambda w: present(pseudopair_stats_outputs()),
-        method_check=lambda w: present(method_check_outputs()),
-        runs=lambda w: present(training_runs_outputs()),
+        tables=lambda w: present(report_targets.tables(config)),
+        stats=lambda w: present(report_targets.pseudopair_stats_outputs(config)),
+        method_check=lambda w: present(report_targets.method_check_outputs(config)),
+        runs=lambda w: present(report_targets.training_runs_outputs(config)),
     output:
         report(
             layout.tables_markdown(),
             caption="../report/tables_markdown.rst",
             category="Tables",
-            subcategory=REPORT_DATA,
-            labels=report_labels("All tables (Markdown)"),
+            subcategory=report_targets.DATA,
+            labels=report_targets.labels(config, "All tables (Markdown)"),
         ),
     log:
         layout.log("tables_markdown", "tables"),
@@ -142,7 +142,7 @@ rule training_curves:
             layout.training_curves(),
             caption="../report/training_curves.rst",
             category="Training",
-            labels=report_labels("Training curves"),
+            labels=report_targets.labels(config, "Training curves"),
         ),
     log:
         layout.log("training_curves", "training_curves"),
@@ -170,14 +170,14 @@ localrules:
 
 rule report_table:
     input:
-        unpack(report_table_inputs),
+        unpack(from_wildcards(report_targets.table_page_inputs, "table")),
     output:
         report(
             pages.page("{table}"),
             caption="../report/table_page.rst",
             category="Tables",
-            subcategory=REPORT_PAGES,
-            labels=report_labels(lambda w: w.table),
+            subcategory=report_targets.PAGES,
+            labels=report_targets.labels(config, lambda w: w.table),
         ),
     log:
         layout.log("report_table", "{table}"),
@@ -188,9 +188,11 @@ rule report_table:
     resources:
         **job_resources("report_table"),
     params:
-        specs=report_table_specs,
-        note=report_note(),
-        ours=report_ours_label(),
+        specs=from_wildcards(
+            report_targets.table_page_specs, "table", to_json=True, sort_keys=False
+        ),
+        note=report_targets.note(config),
+        ours=report_targets.ours_label(config),
     shell:
         "python -m pseudopairs report-page --specs {params.specs:q} --note {params.note:q} "
         "--ours-label {params.ours:q} --table {input.table:q} --output {output:q} > {log:q} 2>&1"
@@ -204,8 +206,8 @@ rule report_method_check:
             pages.page(pages.METHOD_CHECK),
             caption="../report/method_check_page.rst",
             category="Tables",
-            subcategory=REPORT_PAGES,
-            labels=report_labels(pages.METHOD_CHECK),
+            subcategory=report_targets.PAGES,
+            labels=report_targets.labels(config, pages.METHOD_CHECK),
         ),
     log:
         layout.log("report_method_check", pages.METHOD_CHECK),
@@ -217,7 +219,7 @@ rule report_method_check:
         **job_resources("report_method_check"),
     params:
         title=pages.METHOD_CHECK_TITLE,
-        note=report_note(),
+        note=report_targets.note(config),
     shell:
         "python -m pseudopairs report-page --title {params.title:q} --note {params.note:q} "
         "--csv {params.title:q} {input:q} --output {output:q} > {log:q} 2>&1"
@@ -231,8 +233,8 @@ rule report_pseudopair_stats:
             pages.page(pages.PSEUDOPAIR_STATS),
             caption="../report/pseudopair_stats_page.rst",
             category="Tables",
-            subcategory=REPORT_PAGES,
-            labels=report_labels(pages.PSEUDOPAIR_STATS),
+            subcategory=report_targets.PAGES,
+            labels=report_targets.labels(config, pages.PSEUDOPAIR_STATS),
         ),
     log:
         layout.log("report_pseudopair_stats", pages.PSEUDOPAIR_STATS),
@@ -244,7 +246,7 @@ rule report_pseudopair_stats:
         **job_resources("report_pseudopair_stats"),
     params:
         title=pages.PSEUDOPAIR_STATS_TITLE,
-        note=report_note(),
+        note=report_targets.note(config),
     shell:
         "python -m pseudopairs report-page --title {params.title:q} --note {params.note:q} "
         "--pseudopair-stats {input:q} --output {output:q} > {log:q} 2>&1"
@@ -252,14 +254,14 @@ rule report_pseudopair_stats:
 
 rule report_results:
     input:
-        unpack(report_results_inputs),
+        unpack(lambda w: report_targets.results_inputs(config, present)),
     output:
         report(
             pages.page(pages.RESULTS),
             caption="../report/results_page.rst",
             category="Tables",
-            subcategory=REPORT_PAGES,
-            labels=report_labels(pages.RESULTS),
+            subcategory=report_targets.PAGES,
+            labels=report_targets.labels(config, pages.RESULTS),
         ),
     log:
         layout.log("report_results", pages.RESULTS),
@@ -271,10 +273,12 @@ rule report_results:
         **job_resources("report_results"),
     params:
         title=pages.RESULTS_TITLE,
-        specs=report_results_specs,
-        note=report_note(),
-        ours=report_ours_label(),
-        sections=report_results_args,
+        specs=lambda w, input: as_json(
+            report_targets.results_specs(config, input.tables), sort_keys=False
+        ),
+        note=report_targets.note(config),
+        ours=report_targets.ours_label(config),
+        sections=lambda w, input: report_targets.results_args(config, input),
     shell:
         "python -m pseudopairs report-page --title {params.title:q} --specs {params.specs:q} "
         "--note {params.note:q} --ours-label {params.ours:q} {params.sections:q} "

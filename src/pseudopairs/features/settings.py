@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pseudopairs.settings import DEVICES, Settings, setting
+from pseudopairs.settings import Settings, device_setting, setting
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class FeatureSettings(Settings):
     format: str = setting("npz", kind=str, choices=("npz", "parquet"), doc="feature file format")
     batch_size: int = setting(32, kind=int, low=1, doc="images per forward batch")
     workers: int = setting(1, kind=int, low=0, doc="image decoding processes")
-    device: str = setting("auto", kind=str, choices=DEVICES, doc="auto | cpu | cuda")
+    device: str = device_setting()
     shard_size: int = setting(512, kind=int, low=1, doc="images per resumable shard")
     skip_unreadable: bool = setting(False, kind=bool, doc="skip undecodable images (listed beside the output)")
     threads: int | None = setting(None, kind=int, low=1, optional=True,

@@ -1,5 +1,5 @@
-"""The pseudopair stage's contract: pseudopair sets as data (``config['pseudopairs']``), what the
-``mine`` job of a set and seed reads (:func:`mining_spec`, the files of :func:`mining_inputs`),
+"""The pseudopair stage's contract: pseudopair sets as data (``config['pseudopairs']``), the
+``mine`` job of a set and seed (:func:`mining_job`, a :class:`~pseudopairs.mining.job.MiningJob`),
 and :func:`check` of the ``mining`` section and of every set: its source, queries and database,
 its criterion and parameters (by the criteria registry, against the data's sizes when they are
 known before any job runs)."""
@@ -12,6 +12,7 @@ from pseudopairs import layout
 from pseudopairs.data.contract import dataset_files, known_caption_count
 from pseudopairs.mining import criteria
 from pseudopairs.mining.criteria import DEFAULT_CRITERION
+from pseudopairs.mining.job import Captions, MiningJob
 from pseudopairs.mining.settings import MiningSettings
 
 
@@ -31,32 +32,23 @@ def criterion(config: dict, name: str) -> str:
     return pseudopair_set(config, name).get("mining", {}).get("criterion", DEFAULT_CRITERION)
 
 
-def mining_settings(config: dict, name: str) -> dict[str, Any]:
-    """The config's ``mining`` section (engine settings) with the set's criterion and its
-    parameters."""
-    return {**config["mining"], **pseudopair_set(config, name).get("mining", {}),
-            "criterion": criterion(config, name)}
-
-
-def mining_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
-    """The resolved inputs of mining pseudopair set ``name`` with seed ``seed`` of its source."""
+def mining_job(config: dict, name: str, seed: int) -> MiningJob:
+    """The ``mine`` job of pseudopair set ``name`` with seed ``seed`` of its source: the model's
+    files, the query and database captions, the engine (the config's ``mining`` section) and the
+    set's criterion with its parameters."""
     pp = pseudopair_set(config, name)
-    return {
-        "pseudopairs": name,
-        "source": pp["source"],
-        "seed": int(seed),
-        "checkpoint": layout.checkpoint(pp["source"], seed),
-        "vocab": layout.model_vocabulary(pp["source"], seed),
-        "queries": dataset_files(config, pp["queries"], seed=seed),
-        "database": dataset_files(config, pp["database"], seed=seed),
-        "settings": mining_settings(config, name),
-    }
+    params = {key: value for key, value in pp.get("mining", {}).items() if key != "criterion"}
 
+    def captions(role: str) -> Captions:
+        files = dataset_files(config, pp[role], seed=seed)
+        return Captions(name=files["name"], lang=files["lang"], captions=files["captions"])
 
-def mining_inputs(config: dict, name: str, seed: int) -> list[str]:
-    spec = mining_spec(config, name, seed)
-    return sorted({spec["checkpoint"], spec["vocab"], spec["queries"]["captions"],
-                   spec["database"]["captions"]})
+    return MiningJob(pseudopairs=name, source=pp["source"], seed=int(seed),
+                     checkpoint=layout.checkpoint(pp["source"], seed),
+                     vocab=layout.model_vocabulary(pp["source"], seed),
+                     queries=captions("queries"), database=captions("database"),
+                     engine=MiningSettings.from_dict(config["mining"]), criterion=criterion(config, name),
+                     params=params)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,67 +16,48 @@ from pseudopairs.io import (check_caption_texts, read_captions, read_pairs,
                             write_json_atomic, write_parquet_atomic)
 from pseudopairs.mining.search import nearest_neighbours, pair_cosines
 from pseudopairs.mining.statistics import usage_summary
-from pseudopairs.mining.settings import MiningRun
+from pseudopairs.mining.job import MiningJob
 from pseudopairs.settings import resolve_device
 
 log = logging.getLogger(__name__)
 
 
-
-
-def _check_mining_spec(spec: dict) -> dict:
-    if not isinstance(spec, dict):
-        raise ValueError(f"mining spec must be a JSON object, got {type(spec).__name__}")
-    missing = [k for k in ("pseudopairs", "source", "seed", "checkpoint", "vocab", "queries",
-                           "database") if k not in spec]
-    if missing:
-        raise ValueError(f"mining spec lacks {missing}")
-    for role in ("queries", "database"):
-        ref = spec[role]
-        if not isinstance(ref, dict) or not ref.get("captions") or not ref.get("lang"):
-            raise ValueError(f"mining spec: {role} must give captions and lang, got {ref!r}")
-    return spec
-
-
-def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
-                     progress: bool = True) -> dict:
-    """Encode the query and database captions with the source model (``spec``: the inputs of
-    :func:`pseudopairs.mining.contract.mining_spec`), take each query's match by
-    ``settings.criterion`` and write ``pairs.parquet`` (:data:`PAIR_COLUMNS`, one row per query
-    that got a match, in query order) and ``stats.json``, both atomically."""
+def mine_pseudopairs(*, job: MiningJob, pairs_path, stats_path, progress: bool = True) -> dict:
+    """Encode the query and database captions with the source model (``job``:
+    :func:`pseudopairs.mining.contract.mining_job`), take each query's match by ``job.criterion``
+    and write ``pairs.parquet`` (:data:`PAIR_COLUMNS`, one row per query that got a match, in
+    query order) and ``stats.json``, both atomically."""
     import torch
 
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.model.encode import encode_captions_texts
     from pseudopairs.model.text_encoders import load_vocabulary
 
-    spec = _check_mining_spec(spec)
-    engine, criterion, params = settings.engine, settings.criterion, settings.params
+    engine = job.engine
     torch.set_num_threads(engine.threads)
     device = torch.device(resolve_device(engine.device, key="mining.device"))
     started = time.perf_counter()
-    model, meta = load_model(spec["checkpoint"], device=device)
-    vocab = load_vocabulary(spec["vocab"])
+    model, meta = load_model(job.checkpoint, device=device)
+    vocab = load_vocabulary(job.vocab)
+    refs = {"queries": job.queries, "database": job.database}
     tables = {}
-    for role in ("queries", "database"):
-        ref = spec[role]
-        frame = read_captions(ref["captions"], lang=ref["lang"])
+    for role, ref in refs.items():
+        frame = read_captions(ref.captions, lang=ref.lang)
         if frame.empty:
-            raise ValueError(f"{ref['captions']}: no {ref['lang']!r} captions to mine ({role})")
+            raise ValueError(f"{ref.captions}: no {ref.lang!r} captions to mine ({role})")
         if "text" not in frame.columns:
-            raise ValueError(f"{ref['captions']}: caption table has no prepared 'text' column")
-        check_caption_texts(frame["text"], source=ref["captions"], what=f"{ref['lang']} captions ({role})")
+            raise ValueError(f"{ref.captions}: caption table has no prepared 'text' column")
+        check_caption_texts(frame["text"], source=ref.captions, what=f"{ref.lang} captions ({role})")
         tables[role] = frame
     batch = engine.encode_batch_size
     embeddings = {role: encode_captions_texts(model, vocab, tables[role]["text"].astype(str).tolist(),
-                                              lang=spec[role]["lang"], batch_size=batch,
-                                              progress=progress)
-                  for role in ("queries", "database")}
+                                              lang=ref.lang, batch_size=batch, progress=progress)
+                  for role, ref in refs.items()}
     encoded = time.perf_counter()
     indices, scores = nearest_neighbours(
         embeddings["queries"].numpy(), embeddings["database"].numpy(),
-        criterion=criterion, device=str(device), block_size=engine.block_size, progress=progress,
-        **params)
+        criterion=job.criterion, device=str(device), block_size=engine.block_size, progress=progress,
+        **job.params)
     mined = time.perf_counter()
     matched = indices >= 0
     q = tables["queries"][matched].reset_index(drop=True)
@@ -93,8 +74,8 @@ def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
     })
     database_texts = tables["database"]["text"].astype(str)
     stats = {
-        "pseudopairs": spec["pseudopairs"], "source": spec["source"], "seed": int(spec["seed"]),
-        "settings": settings.to_dict(), "checkpoint_update": meta.get("update"),
+        "pseudopairs": job.pseudopairs, "source": job.source, "seed": job.seed,
+        "settings": job.settings_record(), "checkpoint_update": meta.get("update"),
         "n_queries": int(len(tables["queries"])), "n_pairs": int(matched.sum()),
         "n_unmatched": int((~matched).sum()), "n_database": int(len(database_texts)),
         "n_database_unique_texts": int(database_texts.nunique()),
@@ -104,7 +85,7 @@ def mine_pseudopairs(*, spec: dict, settings: MiningRun, pairs_path, stats_path,
     write_parquet_atomic(pairs_path, pairs)
     write_json_atomic(stats_path, stats)
     log.info("%s seed %s: %d pairs from %d queries; %.1f%% of %d database captions used",
-             spec["pseudopairs"], spec["seed"], stats["n_pairs"], stats["n_queries"],
+             job.pseudopairs, job.seed, stats["n_pairs"], stats["n_queries"],
              100 * stats["used_share"], stats["n_database"])
     return stats
 
@@ -139,12 +120,9 @@ def pseudopair_caption_table(pairs, *, min_percentile: float, dataset: str):
 def _cli_mine(args) -> None:
     import json
 
-    spec = dict(args.spec)
-    values = spec.pop("settings", None)
-    if not isinstance(values, dict):
-        raise ValueError("mining spec: settings must be a JSON object")
-    settings = MiningRun.from_dict({**values, "threads": args.threads})
-    stats = mine_pseudopairs(spec=spec, settings=settings, pairs_path=args.pairs, stats_path=args.stats)
+    job = MiningJob.from_dict(args.job)
+    job = job.with_threads(args.threads) if args.threads else job
+    stats = mine_pseudopairs(job=job, pairs_path=args.pairs, stats_path=args.stats)
     print(json.dumps({k: v for k, v in stats.items() if k != "settings"}, indent=2))
 
 
@@ -158,8 +136,8 @@ def _cli_pseudopair_captions(args) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "mine", _cli_mine)
-    commands.add_json(p, "--spec", "resolved mining inputs (mining.contract.mining_spec)")
-    commands.add_threads(p, default=1)
+    commands.add_json(p, "--job", "the mining job (mining.contract.mining_job)")
+    commands.add_threads(p)
     p.add_argument("--pairs", required=True, help="pairs.parquet (written atomically)")
     p.add_argument("--stats", required=True, help="stats.json (written atomically)")
     p = commands.add_command(subparsers, "pseudopair-captions", _cli_pseudopair_captions)

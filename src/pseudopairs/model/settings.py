@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pseudopairs.model.objectives import OBJECTIVES
 from pseudopairs.model.text_encoders import TEXT_ENCODERS
-from pseudopairs.settings import Settings, SettingsError, setting
+from pseudopairs.settings import Settings, SettingsError, device_setting, setting
 from pseudopairs.similarity.functions import SIMILARITIES
 
 # How stored image features enter the affine layer: as they are (``raw``), L2-normalised per
@@ -55,7 +55,7 @@ class TrainingSettings(Settings):
                               doc="a registered similarity function: cosine | order (−‖max(0, c − v)‖² "
                                   "of image v and caption c on non-negative embeddings; paper 001, "
                                   "margin 0.05 there)")
-    device: str = setting("auto", kind=str, doc="auto | cpu | cuda | cuda:N")
+    device: str = device_setting("the training and evaluation jobs")
     threads: int = setting(1, kind=int, low=0, doc="torch CPU threads (0: torch's default)")
     stack: list = setting([1], kind=list,
                           shape={"type": "array", "items": {"type": "integer", "minimum": 1},
@@ -112,8 +112,6 @@ class TrainingSettings(Settings):
             raise self.bad("objective", f"must be one of {OBJECTIVES.names()}")
         if self.similarity not in SIMILARITIES:
             raise self.bad("similarity", f"must be one of {SIMILARITIES.names()}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise self.bad("device", "must be auto, cpu, cuda or cuda:N")
         if not (isinstance(self.stack, list) and self.stack
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.stack)):
             raise self.bad("stack", "must be a non-empty list of block sizes >= 1")
