@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def evaluation_jobs(jobs: list[dict]) -> list[dict]:
 
 
 def stack_size(job: dict) -> int:
-    """The seeds of a train_stack_* / evaluate_stack_* job, from its rule name (seeds a-b)."""
+    """The seeds of a train_stack_* / evaluate_stack_* job, from its rule name (``_seeds<a>_<b>``)."""
     first, last = re.search(r"_seeds(\d+)_(\d+)$", job["rule"]).groups()
     return int(last) - int(first) + 1
 
@@ -85,7 +86,7 @@ def site_file(tmp_path: Path, extra: str = "") -> Path:
 
 
 # a site's placement over config/paper.yaml (which ships none: null = the cluster's default)
-SITE_SLURM = "resources: {slurm: {partition: {cpu: cpu, gpu: gpu}, account: proj123}}\n"
+SITE_SLURM = "resources: {slurm: {partition: {cpu: cpu, gpu: gpu}, account: nlp-a7}}\n"
 
 
 @pytest.fixture(scope="module")
@@ -126,16 +127,16 @@ def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_d
         == paper_models() >= 45 * 3
     for job in stacks:
         assert (job["slurm_partition"], job["slurm_account"], job["gpu"], job["mem_mb"], job["runtime"],
-                job["threads"]) == ("gpu", "proj123", "1", "32000", str(25 * stack_size(job)), 4)
+                job["threads"]) == ("gpu", "nlp-a7", "1", "32000", str(25 * stack_size(job)), 4)
     for job in evaluations:
         assert (job["mem_mb"], job["runtime"]) == ("16000", str(8 * stack_size(job)))
     for rule in ("features", "mine", "translate"):
         for job in rules[rule] + evaluations:
-            assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "proj123", "1"), job
+            assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "nlp-a7", "1"), job
     assert {job["mem_mb"] for job in rules["mine"]} == {"24000"}   # set for mine only
     for rule in ("download_multi30k", "prepare_captions", "read_coco", "convert_mt", "table"):
         for job in rules[rule]:
-            assert "gpu" not in job and (job["slurm_partition"], job["slurm_account"]) == ("cpu", "proj123")
+            assert "gpu" not in job and (job["slurm_partition"], job["slurm_account"]) == ("cpu", "nlp-a7")
     # optional placement keys are unset in config/paper.yaml, so they are not asked for at all
     assert not {"qos", "constraint", "gpu_model", "gres", "slurm_extra"} & {k for job in stacks for k in job}
 
@@ -240,15 +241,15 @@ def test_memory_grows_with_each_attempt_and_walltime_up_to_the_sites_cap(tmp_pat
     with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
         model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
-        block = Wildcards(fromdict={})
+        block = Wildcards(fromdict={"experiment": "de"})
         asked, stacked = {}, {}
         for attempt in (1, 2, 3, 4):
             train = rules["train"].expand_resources(model, InputFiles(), attempt)
             evaluate = rules["evaluate"].expand_resources(model, InputFiles(), attempt)
             assert (train["mem_mb"], train["gpu"], evaluate["mem_mb"]) == (32000 * attempt, 1, 16000 * attempt)
             asked[attempt] = (train["runtime"], evaluate["runtime"])
-            train = rules["train_stack_de_seeds4_10"].expand_resources(block, InputFiles(), attempt)
-            evaluate = rules["evaluate_stack_de_seeds4_10"].expand_resources(block, InputFiles(), attempt)
+            train = rules["train_stack_seeds4_10"].expand_resources(block, InputFiles(), attempt)
+            evaluate = rules["evaluate_stack_seeds4_10"].expand_resources(block, InputFiles(), attempt)
             assert (train["mem_mb"], train["gpu"], evaluate["mem_mb"]) == (32000 * attempt, 1, 16000 * attempt)
             stacked[attempt] = (train["runtime"], evaluate["runtime"])
             table = rules["table"].expand_resources(Wildcards(fromdict={"table": "table1"}), InputFiles(), attempt)
@@ -262,7 +263,7 @@ def test_memory_grows_with_each_attempt_and_walltime_up_to_the_sites_cap(tmp_pat
     with parsed_workflow(tmp_path, [PAPER, site]) as workflow:   # null: no cap, x attempt
         rules = {rule.name: rule for rule in workflow.rules}
         assert rules["train"].expand_resources(model, InputFiles(), 5)["runtime"] == 125
-        assert rules["train_stack_de_seeds4_10"].expand_resources(block, InputFiles(), 5)["runtime"] == 875
+        assert rules["train_stack_seeds4_10"].expand_resources(block, InputFiles(), 5)["runtime"] == 875
 
 
 def test_a_train_and_evaluate_job_asks_at_most_240_minutes_first(paper_slurm_dry_run):
@@ -292,12 +293,12 @@ def test_a_stack_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
     site = site_file(tmp_path, "resources: {runtime_cap: 200, slurm: {partition: {gpu: gpu}}}\n")
     with parsed_workflow(tmp_path, [PAPER, site]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
-        block = Wildcards(fromdict={})
+        block = Wildcards(fromdict={"experiment": "de"})
         # 3 x (25 + 8) = 99 first; 198 on the retry; 297 capped at 200: 151 + 48 (rounded down)
         for attempt, minutes in ((1, 99), (2, 198), (3, 151 + 48)):
             layers = [[SimpleNamespace(resources=rules[name].expand_resources(block, InputFiles(), attempt),
-                                       pipe_group=None)] for name in ("train_stack_de_seeds1_3",
-                                                                      "evaluate_stack_de_seeds1_3")]
+                                       pipe_group=None)] for name in ("train_stack_seeds1_3",
+                                                                      "evaluate_stack_seeds1_3")]
             group = GroupResources.basic_layered(toposorted_jobs=layers, constraints=workflow.global_resources,
                                                  run_local=False, additive_resources=["runtime"],
                                                  sortby=["runtime"])
@@ -347,7 +348,7 @@ def test_a_placeholder_site_value_is_refused_naming_its_key(slurm, key):
 
 def test_real_site_values_and_null_pass_the_check():
     config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER)
-    config["resources"]["slurm"].update({"account": "proj123", "partition": {"cpu": "cpu", "gpu": "gpu"},
+    config["resources"]["slurm"].update({"account": "nlp-a7", "partition": {"cpu": "cpu", "gpu": "gpu"},
                                          "qos": None, "constraint": "a100|h100", "extra": "--mail-type=FAIL"})
     check_config(config)
 
@@ -407,8 +408,8 @@ def test_snakemake_config_seeds_on_the_command_line(tmp_path):
 
     counts = job_counts(result.stdout)
     stacks = {rule: n for rule, n in counts.items() if rule.startswith("train_stack_")}
-    assert all(rule.endswith("_seeds1_2") for rule in stacks) and counts["train"] + len(stacks) == 5
-    assert counts["evaluate"] == 5 - len(stacks)          # rule evaluate: seed 1 of each model alone
+    assert list(stacks) == ["train_stack_seeds1_2"] and counts["train"] + sum(stacks.values()) == 5
+    assert counts["evaluate"] == 5 - sum(stacks.values())   # rule evaluate: seed 1 of each model alone
     assert "results/models/en/seed1/checkpoint.pt" in result.stdout
     assert "seed3" not in result.stdout and '"max_updates":10' in result.stdout
 
@@ -554,3 +555,32 @@ def test_walltime_caps_a_rule_alone_and_shares_the_cap_within_a_group():
     assert grouped == [(120, 20), (240, 40), (257, 42)] and sum(grouped[2]) <= 300
     with pytest.raises(ValueError, match="attempt must be a whole number >= 1, got 0"):
         walltime(runtimes, "train", 0, cap=300)
+
+
+def _documented_site_files() -> list[tuple[str, dict]]:
+    """Every example site file the docs show (a YAML block with ``resources: slurm:``)."""
+    found = []
+    for doc in ("profiles/README.md", "docs/cluster.md"):
+        text = (REPO / doc).read_text(encoding="utf-8")
+        for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+            data = yaml.safe_load(textwrap.dedent(block))
+            if isinstance(data, dict) and "slurm" in (data.get("resources") or {}):
+                found.append((doc, data))
+    return found
+
+
+def test_the_docs_example_site_values_are_refused_as_placeholders():
+    """A site file copied from the docs as it is (account proj123, mail to me@example.org) is
+    refused, naming each example key, instead of reaching sbatch as if it were the site's."""
+    documented = _documented_site_files()
+    assert {doc for doc, _ in documented} == {"profiles/README.md", "docs/cluster.md"}
+    for doc, site in documented:
+        config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER)
+        config["resources"]["slurm"].update(site["resources"]["slurm"])
+        with pytest.raises(ConfigError) as err:
+            check_config(config)
+        examples = {key for key, value in site["resources"]["slurm"].items()
+                    if isinstance(value, str) and ("proj123" in value or "@example.org" in value)}
+        assert examples, doc
+        for key in examples:
+            assert f"config key 'resources.slurm.{key}'" in str(err.value), (doc, key)

@@ -170,16 +170,17 @@ def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion
     assert [d["features"] for d in spec["c2i"]] == ["results/features/m30k/train.npz"] * 4
     assert "results/captions/m30k_task1/val.parquet" in model_contract.training_inputs(config, "t_multi", 1)
     assert "lang_captions" not in model_contract.training_spec(config, "t_en", 1)["validation"]
-    evaluation = evaluation_contract.evaluation_spec(config, "t_fr")
-    assert evaluation["portion_langs"] == ["en", "de", "fr", "cs"]     # Tables 6 and 7
-    assert evaluation["portion_captions"] == "results/captions/m30k_task1/test.parquet"
-    assert evaluation_contract.evaluation_spec(config, "t_multi_comp")["portion_langs"] == ["fr", "cs"]   # Table 7 only
+    evaluation = evaluation_contract.evaluation_data(config, "t_fr")
+    assert evaluation.portion_langs == ["en", "de", "fr", "cs"]     # Tables 6 and 7
+    assert evaluation.portion_captions == "results/captions/m30k_task1/test.parquet"
+    assert evaluation_contract.evaluation_data(config, "t_multi_comp").portion_langs == ["fr", "cs"]   # Table 7 only
     for name in ("en", "c1_en_de_c2c", "t_en_de"):       # tested on the comparable test only
-        assert evaluation_contract.evaluation_spec(config, name) == evaluation_contract.evaluation_spec(config) and \
-            "portion_langs" not in evaluation_contract.evaluation_spec(config, name)
+        assert evaluation_contract.evaluation_data(config, name) == evaluation_contract.evaluation_data(config)
+        assert (evaluation_contract.evaluation_data(config, name).portion_langs,
+                evaluation_contract.evaluation_data(config, name).portion_captions) == ([], None)
     config["evaluation"]["portion_langs"] = ["cs"]       # every model, then the tables' languages
-    assert evaluation_contract.evaluation_spec(config, "en")["portion_langs"] == ["cs"]
-    assert evaluation_contract.evaluation_spec(config, "t_multi")["portion_langs"] == ["cs", "en", "de", "fr"]
+    assert evaluation_contract.evaluation_data(config, "en").portion_langs == ["cs"]
+    assert evaluation_contract.evaluation_data(config, "t_multi").portion_langs == ["cs", "en", "de", "fr"]
 
 
 def test_tables_name_seed_lists_that_a_layered_config_changes_once():

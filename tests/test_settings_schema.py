@@ -202,8 +202,10 @@ def test_threads_0_reaches_the_evaluate_job_as_torchs_default(monkeypatch, tmp_p
 
     monkeypatch.setattr(step, "evaluate_checkpoint", lambda **kw: {"sum_sum": 1.0})
     before = torch.get_num_threads()
-    args = argparse.Namespace(threads=0, device="cpu", checkpoint="c.pt", vocab="v.json", spec={},
-                              experiment="en", seed=1, output=tmp_path / "metrics.json")
-    step._cli_evaluate(args)
+    job = {"experiment": "en", "device": "cpu", "threads": 0,
+           "data": {"captions": "c.parquet", "features": "f.npz", "langs": ["en"],
+                    "translation_captions": "t.parquet", "translation_langs": ["en", "de"]},
+           "models": {"1": {"checkpoint": "c.pt", "vocab": "v.json", "output": str(tmp_path / "metrics.json")}}}
+    step._cli_evaluate(argparse.Namespace(job=job, threads=None))
     assert torch.get_num_threads() == before
     assert json.loads((tmp_path / "metrics.json").read_text())["sum_sum"] == 1.0

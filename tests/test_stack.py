@@ -338,14 +338,16 @@ def test_stacked_gru_with_the_fused_cell_on_cuda_equals_plain_autograd():
 
 
 def _stack_commands(output: str) -> dict[str, str]:
-    """rule name -> shell command of every train-stack job of a dry run (-p)."""
+    """experiment.block (its log's name: ``en_de.seeds1-3``) -> rule and shell command of every
+    train-stack job of a dry run (-p)."""
     commands, rule = {}, None
     for line in output.splitlines():
         head = re.match(r"^\s*rule (train_stack_\w+):$", line)
         if head:
             rule = head.group(1)
         elif rule and "python -m pseudopairs train-stack" in line:
-            commands[rule] = line.strip()
+            name = re.search(r"> results/logs/train/(\S+)\.log", line).group(1)
+            commands[name] = f"{rule}: {line.strip()}"
             rule = None
     return commands
 
@@ -383,15 +385,17 @@ def test_adding_a_seed_in_a_new_block_leaves_the_old_blocks_jobs_as_they_were(tm
     after = run_snakemake(tmp_path / "b", "-n", "-p", "--cores", "1", target, "--configfile", str(more))
     assert before.returncode == 0 and after.returncode == 0, before.stderr[-2000:] + after.stderr[-2000:]
     old, new = _stack_commands(before.stdout), _stack_commands(after.stdout)
-    assert old and {rule[rule.rindex("_seeds"):] for rule in old} == {"_seeds1_3", "_seeds4_5"}
-    assert {rule: new[rule] for rule in old} == old
+    assert old and {name[name.rindex(".seeds"):] for name in old} == {".seeds1-3", ".seeds4-5"}
+    assert {name: new[name] for name in old} == old
     counts = job_counts(after.stdout)
     # seed 7 of each experiment: a block of one seed
-    assert counts["train"] == sum(rule.endswith("_seeds1_3") for rule in old)
+    assert counts["train"] == sum(name.endswith(".seeds1-3") for name in old)
     assert "results/models/en_de_coco_c2c/seed7/checkpoint.pt" in after.stdout
 
 
-def test_evaluate_stack_writes_each_models_metrics_as_evaluate_does(tmp_path, monkeypatch):
+def test_evaluate_writes_each_models_metrics_of_a_stack(tmp_path, monkeypatch):
+    """One evaluation job of a stack: each model's metrics.json with its experiment and seed, on
+    the job's device."""
     import json
 
     from pseudopairs import cli
@@ -399,17 +403,20 @@ def test_evaluate_stack_writes_each_models_metrics_as_evaluate_does(tmp_path, mo
 
     def fake(*, checkpoint, vocab_path, spec, device):
         return {"sum_sum": float(len(checkpoint)), "checkpoint": checkpoint, "vocab": vocab_path,
-                "langs": spec["langs"], "device": device}
+                "langs": spec.langs, "device": device}
 
     monkeypatch.setattr(step, "evaluate_checkpoint", fake)
     models = {str(s): {"checkpoint": f"m/seed{s}/checkpoint.pt", "vocab": f"m/seed{s}/vocab.json",
                        "output": str(tmp_path / f"seed{s}" / "metrics.json")} for s in (1, 2)}
-    cli.main(["evaluate-stack", "--models", json.dumps(models), "--spec", json.dumps({"langs": ["en"]}),
-              "--experiment", "en", "--device", "cpu", "--threads", "1"])
+    data = {"captions": "c.parquet", "features": "f.npz", "langs": ["en"], "translation_captions": "t.parquet",
+            "translation_langs": ["en", "de"]}
+    job = {"experiment": "en", "device": "cpu", "threads": 1, "data": data, "models": models}
+    cli.main(["evaluate", "--job", json.dumps(job)])
     for seed, model in models.items():
         written = json.loads(Path(model["output"]).read_text())
-        assert written == {"experiment": "en", "seed": int(seed), **fake(
-            checkpoint=model["checkpoint"], vocab_path=model["vocab"], spec={"langs": ["en"]}, device="cpu")}
+        assert written == {"experiment": "en", "seed": int(seed), "sum_sum": float(len(model["checkpoint"])),
+                           "checkpoint": model["checkpoint"], "vocab": model["vocab"], "langs": ["en"],
+                           "device": "cpu"}
 
 
 def test_train_stack_command_trains_each_seed_into_its_directory(world, tmp_path, capsys):

@@ -7,9 +7,9 @@ through ``workflow/rules/common.smk``), and the checks of the site's values.
   wants asked for): rules that run one after the other in one group job (train, then evaluate)
   share the cap in proportion to their own times, so the group's sum stays under it too.
 * :func:`placeholder_errors` — a ``resources.slurm`` value that looks like an example left in
-  place (``myaccount``, ``<account>``, ``CHANGEME``, ``xxx`` …) is refused when the config is
-  checked, naming its key, instead of failing at every submission; null (or absent) means the
-  cluster's default.
+  place (``myaccount``, ``<account>``, ``CHANGEME``, ``xxx`` …, the docs' own examples such as
+  ``proj123`` or an address at example.org) is refused when the config is checked, naming its
+  key, instead of failing at every submission; null (or absent) means the cluster's default.
 """
 
 from __future__ import annotations
@@ -17,13 +17,17 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+# the example values the docs' site files show (profiles/README.md, docs/cluster.md,
+# config/paper.yaml's comments): copied as they are, they are not a site's values
+DOCUMENTED_EXAMPLES = ("proj123",)
 # an example value left in a config: my/your + a SLURM noun, your_*, <...>, CHANGEME, xxx, TODO,
-# None/null written as a string
+# None/null written as a string, the documented examples, an address at a domain reserved for
+# examples (RFC 2606: example.org, .com, .net)
 _PLACEHOLDER = re.compile(
     r"^(?:(?:my|your)[-_ ]?(?:account|acct|project|allocation|group|partition|queue|qos|"
     r"constraint|cluster|lab|gpu|gres)s?|your[-_][\w-]*|x{3,}|\?+|\.{3}|…|todo|tbd|fixme|"
-    r"placeholder|example|dummy|none|null|nil)$"
-    r"|<[^<>]*>|\bchange[-_ ]?me\b|\breplace[-_ ]?me\b|\bfill[-_ ]?me\b",
+    r"placeholder|example|dummy|none|null|nil|" + "|".join(map(re.escape, DOCUMENTED_EXAMPLES)) + r")$"
+    r"|<[^<>]*>|\bchange[-_ ]?me\b|\breplace[-_ ]?me\b|\bfill[-_ ]?me\b|@example\.(?:org|com|net)\b",
     re.IGNORECASE,
 )
 

@@ -19,7 +19,7 @@ import yaml
 
 from pseudopairs.cluster import placeholder_errors
 from pseudopairs.rounds import expand_rounds
-from pseudopairs.settings import expand_schema
+from pseudopairs.settings import PATTERN_TEXT, expand_schema
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -52,6 +52,12 @@ def _set_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
+def _pattern_text(pattern: str) -> str | None:
+    """A settings pattern (``^(?:…)$`` in the schema) in words, where one is declared."""
+    inner = pattern[len("^(?:"):-len(")$")] if pattern.startswith("^(?:") and pattern.endswith(")$") else pattern
+    return PATTERN_TEXT.get(inner)
+
+
 def _schema_errors(config: dict, schema: dict) -> list[str]:
     validator_class = _set_defaults(jsonschema.validators.validator_for(schema))
     validator = validator_class(schema)
@@ -63,6 +69,9 @@ def _schema_errors(config: dict, schema: dict) -> list[str]:
             messages.append(f"config key '{where}': unknown key(s) {', '.join(map(repr, extra))}")
         elif error.validator == "required":
             messages.append(f"config key '{where}': {error.message}")
+        elif error.validator == "pattern" and _pattern_text(error.validator_value):
+            messages.append(f"config key '{where}': must be {_pattern_text(error.validator_value)}, "
+                            f"got {error.instance!r}")
         else:
             messages.append(f"config key '{where}': {error.message}")
     return messages
@@ -186,12 +195,58 @@ def check_config(config: dict[str, Any], schema: dict | None = None) -> dict[str
     return config
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader that records every mapping key given twice (YAML keeps the last one
+    silently; a site file with ``paper_data:`` twice would lose the first block)."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self.duplicates: list[str] = []
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in seen:
+                    self.duplicates.append(f"line {key_node.start_mark.line + 1}: key {key!r} "
+                                           f"(first on line {seen[key] + 1})")
+                else:
+                    seen[key] = key_node.start_mark.line
+            except TypeError:   # an unhashable key: yaml's own error follows
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """One YAML config file; a key given twice in one mapping is a :class:`ConfigError` naming
+    the file, the line and the key."""
+    path = Path(path)
+    loader = _UniqueKeyLoader(path.read_text(encoding="utf-8"))
+    try:
+        data = loader.get_single_data() or {}
+    finally:
+        loader.dispose()
+    if loader.duplicates:
+        raise ConfigError(f"{path}: a key given twice in one mapping (YAML would keep the last "
+                          f"silently): " + "; ".join(loader.duplicates))
+    return data
+
+
+def check_config_files(paths) -> None:
+    """Every config file Snakemake layered (``workflow.configfiles``) read again for keys given
+    twice (:func:`read_config_file`), which Snakemake's own loader merges silently."""
+    for path in paths:
+        if str(path).endswith((".yaml", ".yml")) and Path(path).is_file():
+            read_config_file(path)
+
+
 def load_config(*paths: str | Path) -> dict[str, Any]:
-    """Merge YAML files like Snakemake does (later files update earlier ones, recursively)."""
+    """Merge YAML files like Snakemake does (later files update earlier ones, recursively); a
+    key given twice in one file is an error (:func:`read_config_file`)."""
     merged: dict[str, Any] = {}
     for path in paths:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        _deep_update(merged, data)
+        _deep_update(merged, read_config_file(path))
     return merged
 
 

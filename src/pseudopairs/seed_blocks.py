@@ -14,7 +14,6 @@ from typing import Any
 
 from pseudopairs import layout
 from pseudopairs.data.contract import dataset, dataset_kind
-from pseudopairs.evaluation.contract import evaluation_inputs
 from pseudopairs.experiments import experiment, shown_models
 from pseudopairs.mining.contract import pseudopair_set, pseudopair_sets
 from pseudopairs.model.contract import training_inputs, training_settings, training_spec
@@ -77,6 +76,21 @@ def stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[i
             for block in seed_blocks(config, name, seeds) if len(block) > 1]
 
 
+def stack_experiments(config: dict, models: dict[str, list[int]]) -> dict[tuple[int, ...], list[str]]:
+    """Each distinct seed block of two or more seeds of ``models`` (:func:`model_seeds`) -> the
+    experiments trained in that block: one pair of rules per block (``train_stack_seeds1_3``,
+    ``evaluate_stack_seeds1_3``), the experiment a wildcard of them."""
+    out: dict[tuple[int, ...], list[str]] = {}
+    for name, seeds in stacks(config, models):
+        out.setdefault(tuple(seeds), []).append(name)
+    return out
+
+
+def block_label(seeds: list[int] | tuple[int, ...]) -> str:
+    """A block's name in rule names, logs and group jobs: ``seeds1-3``."""
+    return f"seeds{seeds[0]}-{seeds[-1]}"
+
+
 def stack_spec(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, Any]]:
     """The ``train-stack`` step's models, by seed: each seed's training spec and model directory."""
     return {str(seed): {"spec": training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
@@ -85,14 +99,3 @@ def stack_spec(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str,
 
 def stack_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
     return sorted({path for seed in seeds for path in training_inputs(config, name, seed)})
-
-
-def stack_evaluation(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, str]]:
-    """The ``evaluate-stack`` step's models, by seed: checkpoint, vocabulary and metrics file."""
-    return {str(seed): {"checkpoint": layout.checkpoint(name, seed), "vocab": layout.model_vocabulary(name, seed),
-                        "output": layout.metrics(name, seed)}
-            for seed in seeds}
-
-
-def stack_evaluation_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
-    return sorted({path for seed in seeds for path in evaluation_inputs(config, name, seed)})

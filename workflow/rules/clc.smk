@@ -127,14 +127,14 @@ if clc_contract.clc_rows(config):
             layout.benchmark("evaluate_clc", "{experiment}.seed{seed}")
         conda:
             "../../envs/steps.yaml"
-        threads: config["training"]["threads"]
+        threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
         resources:
             **job_resources("evaluate", gpu=True),
         params:
             spec=from_wildcards(clc_contract.evaluation_spec, "experiment", to_json=True),
             checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
             vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
-            device=config["training"]["device"],
+            device=lambda w: model_contract.experiment_training(config, w.experiment).device,
         shell:
             "python -m pseudopairs evaluate-clc --checkpoint {params.checkpoint:q} --vocab {params.vocab:q} "
             "--spec {params.spec:q} --experiment {wildcards.experiment:q} --seed {wildcards.seed:q} "

@@ -16,6 +16,7 @@ from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.features import contract as features_contract
 from pseudopairs.mining import contract as mining_contract
 from pseudopairs.mining.job import MiningJob
+from pseudopairs.evaluation.job import EvaluationJob
 from pseudopairs.model import contract as model_contract
 from pseudopairs.report import contract as report_contract
 from pseudopairs.report import pages
@@ -155,60 +156,15 @@ def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=(), models=
     return {**resources, **placed}
 
 
-
-
 def one_of(names):
     """A wildcard constraint matching exactly ``names`` (none: a pattern that matches nothing)."""
     return "|".join(re.escape(name) for name in names) if names else "$^"
-
-
-
-
-
-
-
-
 
 
 # ----------------------------------------------------------------------------------------------
 # Input functions and params of the steps. All inputs are computed here, and each step reads
 # exactly the files it is given (the spec a param holds lists the same files the input function
 # gives Snakemake).
-
-
-def stack_rules():
-    """The rules of the train-stack jobs as (name, experiment, seeds), one per seed block of two
-    or more seeds (config training.stack; pseudopairs.seed_blocks). Their rules have no
-    wildcards, so Snakemake prefers them to rule train for those models."""
-    named = {}
-    for name, seeds in blocks.stacks(config, MODELS):
-        rule_name = f"train_stack_{re.sub('[^A-Za-z0-9_]', '_', name)}_seeds{seeds[0]}_{seeds[-1]}"
-        if rule_name in named:
-            raise ValueError(
-                f"experiments {named[rule_name][0]!r} and {name!r} give one rule name {rule_name}"
-            )
-        named[rule_name] = (name, seeds)
-    return [(rule_name, name, seeds) for rule_name, (name, seeds) in named.items()]
-
-
-def stack_label(name, seeds):
-    return f"{name}.seeds{seeds[0]}-{seeds[-1]}"
-
-
-def stack_outputs(name, seeds):
-    return [
-        path
-        for seed in seeds
-        for path in (
-            layout.checkpoint(name, seed),
-            layout.model_vocabulary(name, seed),
-            layout.train_log(name, seed),
-        )
-    ]
-
-
-def stack_metrics(name, seeds):
-    return [layout.metrics(name, seed) for seed in seeds]
 
 
 def stack_resources(step, n_models):
@@ -219,16 +175,6 @@ def stack_resources(step, n_models):
     other = {"train": "evaluate", "evaluate": "train"}[step]
     placed = {"placed_with": "train", "grouped_with": (other,), "models": n_models}
     return job_resources(step, gpu=True, **placed)
-
-
-
-
-
-
-
-
-
-
 
 
 def truecaser_inputs():

@@ -1,34 +1,50 @@
 # Training: one job per seed block of an experiment (config training.stack: the block's seeds
 # train together, pseudopairs.model.stack_training), or per experiment x seed for a block of one
 # seed and any seed the config does not list; then the evaluation of each model's best checkpoint
-# on the test split.
+# on the test split. Threads and device are the experiment's own (its `training` settings).
+#
+# A stack's outputs are one file set per seed of its block, so a block's seeds cannot be a
+# wildcard (Snakemake needs every output of a job named by the job's wildcards): each distinct
+# block (seeds 1-3, 4-5, ...) gets one pair of rules, train_stack_seeds1_3 and
+# evaluate_stack_seeds1_3, whose wildcard is the experiment (constrained to the experiments
+# trained in that block), ordered before train and evaluate.
 
 
-for _rule, _name, _seeds in stack_rules():
+for _seeds, _names in blocks.stack_experiments(config, MODELS).items():
+    _block = blocks.block_label(_seeds)
+    _rule = _block.replace("-", "_")
 
     rule:
         name:
-            _rule
+            f"train_stack_{_rule}"
         input:
-            lambda w, name=_name, seeds=_seeds: blocks.stack_inputs(config, name, seeds),
+            lambda w, seeds=_seeds: blocks.stack_inputs(config, w.experiment, seeds),
         output:
-            stack_outputs(_name, _seeds),
+            [
+                path
+                for seed in _seeds
+                for path in (
+                    layout.checkpoint("{experiment}", seed),
+                    layout.model_vocabulary("{experiment}", seed),
+                    layout.train_log("{experiment}", seed),
+                )
+            ],
         log:
-            layout.log("train", stack_label(_name, _seeds)),
+            layout.log("train", f"{{experiment}}.{_block}"),
         benchmark:
-            layout.benchmark("train", stack_label(_name, _seeds))
+            layout.benchmark("train", f"{{experiment}}.{_block}")
+        wildcard_constraints:
+            experiment=one_of(_names),
         group:
-            f"stack_{stack_label(_name, _seeds)}"
+            f"stack_{{experiment}}.{_block}"
         conda:
             "../../envs/steps.yaml"
-        threads: config["training"]["threads"]
+        threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
         resources:
             **stack_resources("train", len(_seeds)),
         params:
-            models=lambda w, name=_name, seeds=_seeds: as_json(
-                blocks.stack_spec(config, name, seeds)
-            ),
-            settings=lambda w, name=_name: as_json(model_contract.job_settings(config, name)),
+            models=lambda w, seeds=_seeds: as_json(blocks.stack_spec(config, w.experiment, seeds)),
+            settings=lambda w: as_json(model_contract.job_settings(config, w.experiment)),
         shell:
             "python -m pseudopairs train-stack --models {params.models:q} "
             "--settings {params.settings:q} --threads {threads} > {log:q} 2>&1"
@@ -37,33 +53,36 @@ for _rule, _name, _seeds in stack_rules():
     # group asks one GPU and one evaluation's memory)
     rule:
         name:
-            _rule.replace("train_stack_", "evaluate_stack_")
+            f"evaluate_stack_{_rule}"
         input:
-            lambda w, name=_name, seeds=_seeds: blocks.stack_evaluation_inputs(config, name, seeds),
+            lambda w, seeds=_seeds: evaluation_contract.evaluation_job(
+                config, w.experiment, seeds
+            ).inputs(),
         output:
-            stack_metrics(_name, _seeds),
+            [layout.metrics("{experiment}", seed) for seed in _seeds],
         log:
-            layout.log("evaluate", stack_label(_name, _seeds)),
+            layout.log("evaluate", f"{{experiment}}.{_block}"),
         benchmark:
-            layout.benchmark("evaluate", stack_label(_name, _seeds))
+            layout.benchmark("evaluate", f"{{experiment}}.{_block}")
+        wildcard_constraints:
+            experiment=one_of(_names),
         group:
-            f"stack_{stack_label(_name, _seeds)}"
+            f"stack_{{experiment}}.{_block}"
         conda:
             "../../envs/steps.yaml"
-        threads: config["training"]["threads"]
+        threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
         resources:
             **stack_resources("evaluate", len(_seeds)),
         params:
-            models=lambda w, name=_name, seeds=_seeds: as_json(
-                blocks.stack_evaluation(config, name, seeds)
+            job=lambda w, seeds=_seeds: as_json(
+                evaluation_contract.evaluation_job(config, w.experiment, seeds)
             ),
-            spec=lambda w, name=_name: as_json(evaluation_contract.evaluation_spec(config, name)),
-            experiment=_name,
-            device=config["training"]["device"],
         shell:
-            "python -m pseudopairs evaluate-stack --models {params.models:q} --spec {params.spec:q} "
-            "--experiment {params.experiment:q} --device {params.device:q} --threads {threads} "
-            "> {log:q} 2>&1"
+            "python -m pseudopairs evaluate --job {params.job:q} --threads {threads} > {log:q} 2>&1"
+
+    # a block's models come from its stack, not from one train / evaluate job per seed
+    workflow.ruleorder(f"train_stack_{_rule}", "train")
+    workflow.ruleorder(f"evaluate_stack_{_rule}", "evaluate")
 
 
 rule train:
@@ -83,7 +102,7 @@ rule train:
         "model_{experiment}_seed{seed}"
     conda:
         "../../envs/steps.yaml"
-    threads: config["training"]["threads"]
+    threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
     resources:
         **job_resources("train", gpu=True, grouped_with=["evaluate"]),
     params:
@@ -97,7 +116,9 @@ rule train:
 
 rule evaluate:
     input:
-        from_wildcards(evaluation_contract.evaluation_inputs, "experiment", "seed"),
+        from_wildcards(
+            evaluation_contract.evaluation_job, "experiment", "seed", then=EvaluationJob.inputs
+        ),
     output:
         layout.metrics("{experiment}", "{seed}"),
     log:
@@ -108,15 +129,10 @@ rule evaluate:
         "model_{experiment}_seed{seed}"
     conda:
         "../../envs/steps.yaml"
-    threads: config["training"]["threads"]
+    threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
     resources:
         **job_resources("evaluate", gpu=True, placed_with="train", grouped_with=["train"]),
     params:
-        spec=from_wildcards(evaluation_contract.evaluation_spec, "experiment", to_json=True),
-        checkpoint=lambda w: layout.checkpoint(w.experiment, w.seed),
-        vocab=lambda w: layout.model_vocabulary(w.experiment, w.seed),
-        device=config["training"]["device"],
+        job=from_wildcards(evaluation_contract.evaluation_job, "experiment", "seed", to_json=True),
     shell:
-        "python -m pseudopairs evaluate --checkpoint {params.checkpoint:q} --vocab {params.vocab:q} "
-        "--spec {params.spec:q} --experiment {wildcards.experiment:q} --seed {wildcards.seed:q} "
-        "--device {params.device:q} --threads {threads} --output {output:q} > {log:q} 2>&1"
+        "python -m pseudopairs evaluate --job {params.job:q} --threads {threads} > {log:q} 2>&1"

@@ -1,14 +1,14 @@
-"""The evaluation stage's contract: the test data a trained model is scored on
-(:func:`evaluation_spec`, the files of :func:`evaluation_inputs`) and :func:`check` of the
-``evaluation`` section's languages."""
+"""The evaluation stage's contract: the ``evaluate`` job of an experiment's models
+(:func:`evaluation_job`: the test data of :func:`evaluation_data`, the experiment's device and
+threads) and :func:`check` of the ``evaluation`` section's languages."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pseudopairs import layout
 from pseudopairs.data.contract import feature_format
+from pseudopairs.evaluation.job import EvaluatedModel, EvaluationData, EvaluationJob
 from pseudopairs.experiments import table_experiments, table_test_corpus
+from pseudopairs.model.contract import experiment_training
 
 
 def portion_langs(config: dict, name: str | None = None) -> list[str]:
@@ -26,28 +26,32 @@ def portion_langs(config: dict, name: str | None = None) -> list[str]:
     return list(dict.fromkeys(langs))
 
 
-def evaluation_spec(config: dict, name: str | None = None) -> dict[str, Any]:
+def evaluation_data(config: dict, name: str | None = None) -> EvaluationData:
     """Test data a trained model (experiment ``name``) is evaluated on: image–sentence retrieval
     on the evaluation corpus in ``evaluation.langs`` (every model), on the translation corpus in
     :func:`portion_langs` (``portion_retrieval`` in metrics.json), translation retrieval."""
     evaluation = config["evaluation"]
-    spec = {
-        "captions": layout.captions(evaluation["corpus"], "test"),
-        "features": layout.features(evaluation["corpus"], "test", feature_format(config)),
-        "langs": list(evaluation["langs"]),
-        "translation_captions": layout.captions(evaluation["translation_corpus"], "test"),
-        "translation_langs": list(evaluation["translation_langs"]),
-    }
+    translation_captions = layout.captions(evaluation["translation_corpus"], "test")
     portion = portion_langs(config, name)
-    if portion:   # only then: the spec (a job parameter) of every other model stays as it was
-        spec.update(portion_captions=spec["translation_captions"], portion_langs=portion)
-    return spec
+    return EvaluationData(
+        captions=layout.captions(evaluation["corpus"], "test"),
+        features=layout.features(evaluation["corpus"], "test", feature_format(config)),
+        langs=list(evaluation["langs"]), translation_captions=translation_captions,
+        translation_langs=list(evaluation["translation_langs"]),
+        portion_captions=translation_captions if portion else None, portion_langs=portion)
 
 
-def evaluation_inputs(config: dict, name: str, seed: int) -> list[str]:
-    spec = evaluation_spec(config, name)
-    return [layout.checkpoint(name, seed), layout.model_vocabulary(name, seed), spec["captions"],
-            spec["features"], spec["translation_captions"]]
+def evaluation_job(config: dict, name: str, seeds: list[int] | int) -> EvaluationJob:
+    """The ``evaluate`` job of experiment ``name``'s models of ``seeds`` (one seed, or a stack's):
+    their checkpoints, vocabularies and metrics files, the test data, and the device and threads
+    of the experiment's own ``training`` settings."""
+    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
+    training = experiment_training(config, name)
+    models = {str(seed): EvaluatedModel(checkpoint=layout.checkpoint(name, seed),
+                                        vocab=layout.model_vocabulary(name, seed),
+                                        output=layout.metrics(name, seed)) for seed in seeds}
+    return EvaluationJob(experiment=name, device=training.device, threads=training.threads,
+                         data=evaluation_data(config, name), models=models)
 
 
 def check(config: dict) -> list[str]:

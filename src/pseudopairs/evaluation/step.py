@@ -19,6 +19,7 @@ from pseudopairs import commands
 from pseudopairs.similarity.metrics import retrieval_metrics, translation_retrieval
 from pseudopairs.similarity.ranks import _validate_retrieval_inputs, _validate_translation_inputs
 from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
+from pseudopairs.evaluation.job import EvaluationData, EvaluationJob
 from pseudopairs.settings import resolve_device
 from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 
@@ -58,7 +59,10 @@ def parallel_texts(captions, *, source_lang: str, target_lang: str, source: str)
     return pairs["text_a"].tolist(), pairs["text_b"].tolist()
 
 
-def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device: str = "cpu") -> dict:
+def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: EvaluationData | dict,
+                        device: str = "cpu") -> dict:
+    """metrics.json of one trained model (without its experiment and seed) on the test data
+    ``spec`` (:class:`~pseudopairs.evaluation.job.EvaluationData`, or its JSON)."""
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.model.encode import encode_captions_texts, encode_image_features
     from pseudopairs.model.text_encoders import load_vocabulary, parameter_counts
@@ -67,21 +71,22 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     if caption_similarity(model.similarity) != "cosine":
         raise ValueError(f"{checkpoint}: translation retrieval has an exact engine for cosine "
                          f"caption pairs only, not {caption_similarity(model.similarity)!r}")
+    data = EvaluationData.from_dict(spec)
     vocab = load_vocabulary(vocab_path)
-    image_ids, features = load_features(spec["features"])
+    image_ids, features = load_features(data.features)
     image_embeddings = encode_image_features(model, features)
-    tables = {spec["captions"]: read_captions(spec["captions"])}
+    tables = {data.captions: read_captions(data.captions)}
     # languages also tested on the translation portion's test split (one caption per image, e.g.
     # paper 004's Tables 6 and 7 in En, De, Fr and Cs), over the same test images
-    portion = spec.get("portion_captions")
-    if spec.get("portion_langs"):
+    portion = data.portion_captions
+    if data.portion_langs:
         tables[portion] = read_captions(portion)
 
     def retrieval_on(source: str, langs) -> dict:
         out = {}
         for lang in langs:
             texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
-                                        features=spec["features"])
+                                        features=data.features)
             caption_embeddings = encode_captions_texts(model, vocab, texts, lang=lang, batch_size=256)
             out[lang] = retrieval_metrics(image_embeddings=image_embeddings,
                                           caption_embeddings=caption_embeddings,
@@ -89,11 +94,11 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
             log.info("%s (%s): %s", lang, source, out[lang])
         return out
 
-    retrieval = retrieval_on(spec["captions"], spec["langs"])
-    portion_retrieval = retrieval_on(portion, spec.get("portion_langs", []))
-    a, b = spec["translation_langs"]
-    texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
-                                      target_lang=b, source=spec["translation_captions"])
+    retrieval = retrieval_on(data.captions, data.langs)
+    portion_retrieval = retrieval_on(portion, data.portion_langs)
+    a, b = data.translation_langs
+    texts_a, texts_b = parallel_texts(read_captions(data.translation_captions), source_lang=a,
+                                      target_lang=b, source=data.translation_captions)
     emb_a = encode_captions_texts(model, vocab, texts_a, lang=a, batch_size=256)
     emb_b = encode_captions_texts(model, vocab, texts_b, lang=b, batch_size=256)
     translation = {
@@ -103,43 +108,35 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     result = {
         "retrieval": retrieval,
         "translation": translation,
-        "sum_sum": sum(retrieval[lang]["rsum"] for lang in spec["langs"]),
+        "sum_sum": sum(retrieval[lang]["rsum"] for lang in data.langs),
         # how training ended (updates run, stop_reason: early stopping or the max_updates guard)
         "checkpoint": {k: meta[k] for k in ("update", "val_score", "updates", "stop_reason") if k in meta},
         # the model's size (trainable, total, text embedding): paper 002's Figure 3 axis
         "parameters": parameter_counts(model),
     }
-    if spec.get("portion_langs"):
+    if data.portion_langs:
         result["portion_retrieval"] = portion_retrieval
     return result
 
 
+def evaluate_job(job: EvaluationJob, *, threads: int | None = None) -> None:
+    """Write each model's metrics.json (``evaluate_checkpoint`` plus its experiment and seed), one
+    model after the other in one process (a stack's models in its group job), on the job's device
+    with ``threads`` CPU threads (the scheduler's grant; else the job's own)."""
+    threads = job.threads if threads is None else threads
+    if threads > 0:  # 0: torch's default
+        torch.set_num_threads(threads)
+    device = resolve_device(job.device, key=f"experiments.{job.experiment}.training.device")
+    for seed, model in job.models.items():
+        result = evaluate_checkpoint(checkpoint=model.checkpoint, vocab_path=model.vocab,
+                                     spec=job.data, device=device)
+        result = {"experiment": job.experiment, "seed": int(seed), **result}
+        write_json_atomic(model.output, result)
+        print(f"{job.experiment} seed {seed}: Sum(Sum) {result['sum_sum']:.2f} -> {model.output}")
+
+
 def _cli_evaluate(args: argparse.Namespace) -> None:
-    if args.threads > 0:  # 0: torch's default (training.threads, the rule's threads)
-        torch.set_num_threads(args.threads)
-    device = resolve_device(args.device, key="--device")
-    result = evaluate_checkpoint(checkpoint=args.checkpoint, vocab_path=args.vocab, spec=args.spec,
-                                 device=device)
-    result = {"experiment": args.experiment, "seed": args.seed, **result}
-    write_json_atomic(args.output, result)
-    print(json.dumps(result, indent=2))
-
-
-def _cli_evaluate_stack(args: argparse.Namespace) -> None:
-    """``evaluate`` for each model of a stack job, one after the other in one process (the
-    group job of a stack: its training, then this), each metrics.json as ``evaluate`` writes it."""
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    device = resolve_device(args.device, key="--device")
-    if not args.models:
-        raise ValueError("--models: no models")
-    for seed, model in args.models.items():
-        model = {"seed": seed, **model}
-        result = evaluate_checkpoint(checkpoint=model["checkpoint"], vocab_path=model["vocab"],
-                                     spec=args.spec, device=device)
-        result = {"experiment": args.experiment, "seed": int(model["seed"]), **result}
-        write_json_atomic(model["output"], result)
-        print(f"{args.experiment} seed {model['seed']}: Sum(Sum) {result['sum_sum']:.2f} -> {model['output']}")
+    evaluate_job(EvaluationJob.from_dict(args.job), threads=args.threads)
 
 
 def _load_npy(path: str) -> np.ndarray:
@@ -205,14 +202,9 @@ def add_model_arguments(p, *, spec: str, output: str) -> None:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "evaluate", _cli_evaluate)
-    add_model_arguments(p, spec="evaluation inputs (evaluation.contract.evaluation_spec)", output="metrics.json")
-
-    p = commands.add_command(subparsers, "evaluate-stack", _cli_evaluate_stack)
-    commands.add_json(p, "--models", "the stack's models by seed: {seed: {checkpoint, vocab, output}}")
-    commands.add_json(p, "--spec", "evaluation inputs (evaluation.contract.evaluation_spec)")
-    p.add_argument("--experiment", required=True)
-    commands.add_device(p)
-    commands.add_threads(p, default=1)
+    commands.add_json(p, "--job", "the evaluation job: an experiment's models by seed, its test data, "
+                                  "device and threads (evaluation.contract.evaluation_job)")
+    commands.add_threads(p)
 
     p = commands.add_command(subparsers, "score-embeddings", _cli_score_embeddings)
     p.add_argument("--images", required=True, help="image embeddings, (n_images, d) .npy")

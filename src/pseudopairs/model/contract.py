@@ -51,6 +51,16 @@ def training_settings(config: dict, name: str) -> dict[str, Any]:
     return {**config["training"], **exp.get("training", {}), **config["model"], **exp.get("model", {})}
 
 
+def experiment_training(config: dict, name: str) -> TrainingSettings:
+    """The experiment's ``training`` settings: its own entries over the config's section."""
+    return TrainingSettings.from_dict({**config["training"], **experiment(config, name).get("training", {})})
+
+
+def experiment_model(config: dict, name: str) -> ModelSettings:
+    """The experiment's ``model`` settings: its own entries over the config's section."""
+    return ModelSettings.from_dict({**config["model"], **experiment(config, name).get("model", {})})
+
+
 def job_settings(config: dict, name: str) -> dict[str, Any]:
     """:func:`training_settings` as a training job receives them: without ``stack``, which only
     groups seeds into jobs (so regrouping them reruns no job whose block is unchanged)."""
