@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from pseudopairs.smalr import paper
+from pseudopairs.smalr.settings import HemSettings
 from pseudopairs.smalr.hem import (PAD_ID, UNK_ID, HybridEmbedding, HybridVocabulary,
                                    LatentAssigner, assign_vocabulary, fit_pca,
                                    hybrid_parameter_count, parameter_count,
                                    per_language_parameter_count, split_vocabulary)
-from pseudopairs.smalr.hem_pretrain import (PretrainSettings, pretrain_latent_assignment,
+from pseudopairs.smalr.hem_pretrain import (pretrain_latent_assignment,
                                             sentence_representations)
 from pseudopairs.smalr.triplet import (bidirectional_triplet_loss, group_triplet_loss,
                                        triplet_loss_from_scores)
@@ -213,15 +214,15 @@ def test_pretraining_learns_to_share_tokens_across_languages():
     for image in range(4):
         sentences += [en[[2 * image, 2 * image + 1]], de[[2 * image, 2 * image + 1]]]
         images += [image, image]
-    settings = PretrainSettings(latent_size=8, margin=0.2, top_k=2, explore_top=2,
-                                explore_probability=0.1, learning_rate=0.05, steps=60,
-                                batch_images=4, sentences_per_image=2, seed=3)
-    result = pretrain_latent_assignment(sentences, images, settings)
+    settings = HemSettings(latent_size=8, margin=0.2, top_k=2, explore_top=2,
+                           explore_probability=0.1, learning_rate=0.05, steps=60,
+                           batch_images=4, sentences_per_image=2)
+    result = pretrain_latent_assignment(sentences, images, settings, seed=3)
     assert np.mean(result.losses[-10:]) < np.mean(result.losses[:10])
-    again = pretrain_latent_assignment(sentences, images, settings)
+    again = pretrain_latent_assignment(sentences, images, settings, seed=3)
     assert result.losses == again.losses                      # seeded: the same run
     with pytest.raises(ValueError, match="two images with two sentences"):
-        pretrain_latent_assignment(sentences[:2], [0, 1], settings)
+        pretrain_latent_assignment(sentences[:2], [0, 1], settings, seed=3)
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,11 +516,10 @@ def _toy_corpus():
 
 def test_build_hem_end_to_end_on_a_toy_corpus():
     sentences, vectors = _toy_corpus()
-    settings = PretrainSettings(latent_size=5, margin=0.2, top_k=2, explore_top=2,
-                                explore_probability=0.1, learning_rate=0.05, steps=20,
-                                batch_images=4, seed=1)
-    built = build_hem(sentences, vectors, specific_per_language=2, pca_dim=3, settings=settings,
-                      output_dim=4)
+    settings = HemSettings(specific_per_language=2, pca_dim=3, whiten=False, latent_size=5,
+                           margin=0.2, top_k=2, explore_top=2, explore_probability=0.1,
+                           learning_rate=0.05, steps=20, batch_images=4)
+    built = build_hem(sentences, vectors, settings=settings, seed=1, output_dim=4)
     vocab = built.vocabulary
     # most frequent: en a (4), then cat/dog/man/runs/sleeps/the at 2 → "cat"; de ein (3), then
     # hund/katze/mann/rennt/schläft/sitzt... at 2 → "hund" ("sitzt" has a vector in German)
@@ -531,8 +531,7 @@ def test_build_hem_end_to_end_on_a_toy_corpus():
     out = built.embedding(torch.tensor([vocab.encode("en", "a dog runs")]))
     assert out.shape == (1, 3, 4)
     assert parameter_count(built.embedding) == hybrid_parameter_count(4, vocab.latent_size, 3, 4)
-    again = build_hem(sentences, vectors, specific_per_language=2, pca_dim=3, settings=settings,
-                      output_dim=4)
+    again = build_hem(sentences, vectors, settings=settings, seed=1, output_dim=4)
     assert again.vocabulary == vocab and again.losses == built.losses
     assert all(torch.equal(p, q) for p, q in zip(built.embedding.parameters(),
                                                  again.embedding.parameters()))

@@ -155,7 +155,7 @@ def test_pretrain_hem_whitens_unless_told_not_to(tmp_path, monkeypatch):
     real = hem_build.build_hem
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["whiten"])
+        seen.append(kwargs["settings"].whiten)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(hem_build, "build_hem", spy)

@@ -14,7 +14,7 @@ vectors to a frozen-assignment :class:`~pseudopairs.smalr.hem.HybridEmbedding`:
 
 A word without a vector (possible with published vectors) is left out of the vocabulary — it
 encodes as UNK — and listed in :attr:`HEMBuild.missing`. Everything is a function of the inputs
-and ``settings.seed``.
+and the run's ``seed``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import torch
 from pseudopairs.smalr.fasttext import WordVectors
 from pseudopairs.smalr.hem import (PCA, HybridEmbedding, HybridVocabulary, assign_vocabulary,
                                    fit_pca, split_vocabulary)
-from pseudopairs.smalr.hem_pretrain import PretrainSettings, pretrain_latent_assignment
+from pseudopairs.smalr.hem_pretrain import pretrain_latent_assignment
+from pseudopairs.smalr.settings import HemSettings
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,14 @@ class HEMBuild:
 
 
 def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors], *,
-              specific_per_language: int, pca_dim: int, settings: PretrainSettings,
-              output_dim: int | None = None, whiten: bool = False) -> HEMBuild:
-    """Steps 1–5 of the module docstring; ``vectors[lang]`` are that language's FastText
-    vectors (every language of ``sentences`` needs some). ``whiten``: the reduced vectors with
-    unit variance per component (:meth:`~pseudopairs.smalr.hem.PCA.transform`); unwhitened, the
-    first components dominate the assignment layer's scores, and on the demo world all of a
-    language's words start on a few latent tokens (docs/smalr.md)."""
+              settings: HemSettings, seed: int, output_dim: int | None = None) -> HEMBuild:
+    """Steps 1–5 of the module docstring with the config's ``hem`` section (``settings``) and the
+    run's ``seed``; ``vectors[lang]`` are that language's FastText vectors (every language of
+    ``sentences`` needs some). ``settings.whiten``: the reduced vectors with unit variance per
+    component (:meth:`~pseudopairs.smalr.hem.PCA.transform`); unwhitened, the first components
+    dominate the assignment layer's scores, and on the demo world all of a language's words start
+    on a few latent tokens (docs/smalr.md)."""
+    specific_per_language, pca_dim = settings.specific_per_language, settings.pca_dim
     langs = sorted({s.lang for s in sentences})
     absent = [lang for lang in langs if lang not in vectors]
     if absent:
@@ -73,7 +75,7 @@ def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors],
             raise ValueError(f"build_hem: {lang}: none of the training words has a vector")
         rows = torch.as_tensor(vectors[lang].vectors[[index[w] for w in known]])
         pcas[lang] = fit_pca(rows, pca_dim)
-        reduced[lang] = dict(zip(known, pcas[lang].transform(rows, whiten=whiten)))
+        reduced[lang] = dict(zip(known, pcas[lang].transform(rows, whiten=settings.whiten)))
     specific, rest = split_vocabulary(
         {lang: {w: c for w, c in counts[lang].items() if w in reduced[lang]} for lang in langs},
         specific_per_language=specific_per_language)
@@ -83,7 +85,7 @@ def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors],
         if words:
             features.append(torch.stack(words))
             images.append(sentence.image)
-    result = pretrain_latent_assignment(features, images, settings)
+    result = pretrain_latent_assignment(features, images, settings, seed=seed)
     rest_features = {lang: (list(rest[lang]),
                             torch.stack([reduced[lang][w] for w in rest[lang]])
                             if rest[lang] else torch.zeros(0, pca_dim))
@@ -92,7 +94,7 @@ def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors],
     specific_rows = {lang: torch.stack([reduced[lang][w] for w in specific[lang]])
                      if specific[lang] else torch.zeros(0, pca_dim) for lang in langs}
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(settings.seed))        # the projection's initialisation
+        torch.manual_seed(int(seed))                 # the projection's initialisation
         embedding = HybridEmbedding.build(vocabulary, specific_rows,
                                           result.assigner.latent.detach()[kept],
                                           output_dim=output_dim)

@@ -11,7 +11,7 @@ triplet of the minibatch, the top-K most violated negatives of each positive pai
 without replacement from a seeded walk over the images with at least two sentences, and
 ``sentences_per_image`` of each image's sentences drawn uniformly (seeded) — the positive pairs.
 
-Everything random comes from one ``torch.Generator`` seeded with ``seed`` (and the assigner's
+Everything random comes from one ``torch.Generator`` seeded with the run's ``seed`` (and the assigner's
 initialisation from ``torch.manual_seed(seed)`` inside a forked RNG), so a run is a function of
 its inputs and settings.
 """
@@ -24,38 +24,8 @@ from typing import Sequence
 import torch
 
 from pseudopairs.smalr.hem import LatentAssigner
+from pseudopairs.smalr.settings import HemSettings
 from pseudopairs.smalr.triplet import group_triplet_loss
-
-
-@dataclass(frozen=True)
-class PretrainSettings:
-    latent_size: int
-    margin: float
-    top_k: int
-    explore_top: int
-    explore_probability: float
-    learning_rate: float
-    steps: int
-    batch_images: int = 32
-    sentences_per_image: int = 2
-    mode: str = "straight_through"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for key in ("latent_size", "top_k", "explore_top", "steps", "batch_images"):
-            if int(getattr(self, key)) < 1:
-                raise ValueError(f"HEM pretraining: {key} must be ≥ 1, got {getattr(self, key)}")
-        if int(self.sentences_per_image) < 2:
-            raise ValueError("HEM pretraining: sentences_per_image must be ≥ 2 (a positive pair)")
-        if not 0.0 <= float(self.explore_probability) <= 1.0:
-            raise ValueError(f"HEM pretraining: explore_probability must be in [0, 1], got "
-                             f"{self.explore_probability}")
-        if not float(self.learning_rate) > 0:
-            raise ValueError(f"HEM pretraining: learning_rate must be > 0, got "
-                             f"{self.learning_rate}")
-        if self.mode not in ("straight_through", "soft"):
-            raise ValueError(f"HEM pretraining: mode must be 'straight_through' or 'soft', got "
-                             f"{self.mode!r}")
 
 
 @dataclass
@@ -118,11 +88,13 @@ class _ImageWalk:
 
 
 def pretrain_latent_assignment(sentences: Sequence[torch.Tensor], images: Sequence[int],
-                               settings: PretrainSettings) -> PretrainResult:
+                               settings: HemSettings, *, seed: int) -> PretrainResult:
     """Train a :class:`LatentAssigner` on ``sentences`` (each a (words, feature_dim) tensor of
     its words' reduced FastText vectors; a sentence with no word is an error) where
-    ``images[i]`` is the image sentence ``i`` describes. Adam, ``settings.steps`` updates.
-    Returns the assigner (to freeze) and the loss of each update."""
+    ``images[i]`` is the image sentence ``i`` describes: the config's ``hem`` section
+    (``settings``: latent size, Eq. (1)'s margin and top-K, exploration, Adam's learning rate,
+    ``steps`` updates of ``batch_images`` × ``sentences_per_image``, ``mode``), everything random
+    from ``seed``. Returns the assigner (to freeze) and the loss of each update."""
     if len(sentences) != len(images):
         raise ValueError(f"{len(sentences)} sentences but {len(images)} image ids")
     if not sentences:
@@ -134,9 +106,9 @@ def pretrain_latent_assignment(sentences: Sequence[torch.Tensor], images: Sequen
             raise ValueError(f"sentence {i}: features {tuple(s.shape)}, expected (≥1, "
                              f"{feature_dim})")
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(settings.seed))
+        torch.manual_seed(int(seed))
         assigner = LatentAssigner(feature_dim, settings.latent_size)
-    generator = torch.Generator().manual_seed(int(settings.seed))
+    generator = torch.Generator().manual_seed(int(seed))
     walk = _ImageWalk(images, generator)
     optimiser = torch.optim.Adam(assigner.parameters(), lr=float(settings.learning_rate))
     result = PretrainResult(assigner=assigner)

@@ -94,16 +94,6 @@ class HemSettings(Settings):
     mode: str = setting("straight_through", kind=str, choices=PRETRAIN_MODES,
                         doc="how the hard assignment gets a gradient (docs/smalr.md)")
 
-    def pretrain(self, seed: int):
-        """The library's :class:`~pseudopairs.smalr.hem_pretrain.PretrainSettings` for ``seed``."""
-        from pseudopairs.smalr.hem_pretrain import PretrainSettings
-        return PretrainSettings(latent_size=self.latent_size, margin=self.margin, top_k=self.top_k,
-                                explore_top=self.explore_top,
-                                explore_probability=self.explore_probability,
-                                learning_rate=self.learning_rate, steps=self.steps,
-                                batch_images=self.batch_images,
-                                sentences_per_image=self.sentences_per_image, mode=self.mode,
-                                seed=int(seed))
 
 
 #: Where the parallel text of the CLC translation models comes from: the demo world's parallel

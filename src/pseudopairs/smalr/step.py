@@ -97,9 +97,7 @@ def pretrain_hem_step(spec: dict, *, vocab_out, init_out) -> dict:
     if missing:
         raise ValueError(f"spec: no FastText vectors for {missing}")
     vectors = {lang: read_vec(spec["vectors"][lang]) for lang in langs}
-    built = build_hem(sentences, vectors, specific_per_language=settings.specific_per_language,
-                      pca_dim=settings.pca_dim, settings=settings.pretrain(int(spec["seed"])),
-                      whiten=settings.whiten)
+    built = build_hem(sentences, vectors, settings=settings, seed=int(spec["seed"]))
     save_atomic(Path(init_out), {"format": HEM_INIT_FORMAT,
                                  "weight": built.embedding.weight.detach().cpu().clone()})
     write_json_atomic(vocab_out, built.vocabulary.to_json())
