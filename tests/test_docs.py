@@ -183,3 +183,79 @@ def test_code_cites_the_paper_or_the_docs_not_issue_numbers_or_documents_outside
     hits = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in files if p.name != "test_docs.py"
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if stale.search(line)]
     assert not hits, "\n".join(hits)
+
+
+PLAN_OUTPUT = """\
+Building DAG of jobs...
+Group job stack_de.seeds1-3 (jobs in lexicogr. order):
+
+    [Fri Nov 27 12:00:00 2026]
+    rule evaluate_stack_seeds1_3:
+        input: results/models/de/seed1/checkpoint.pt
+        output: results/models/de/seed1/metrics.json, results/models/de/seed2/metrics.json, results/models/de/seed3/metrics.json
+        resources: tmpdir=<TBD>, runtime=24, gpu=1, mem_mb=16000
+
+    [Fri Nov 27 12:00:00 2026]
+    rule train_stack_seeds1_3:
+        output: results/models/de/seed1/checkpoint.pt, results/models/de/seed1/vocab.json, results/models/de/seed2/checkpoint.pt, results/models/de/seed2/vocab.json, results/models/de/seed3/checkpoint.pt, results/models/de/seed3/vocab.json
+        threads: 4
+        resources: tmpdir=<TBD>, runtime=75, gpu=1, mem_mb=32000
+
+[Fri Nov 27 12:00:00 2026]
+rule mine:
+    output: results/pseudopairs/de_coco/seed1/pairs.parquet
+    resources: tmpdir=<TBD>, runtime=60, gpu=1, mem_mb=32000
+
+[Fri Nov 27 12:00:00 2026]
+rule train:
+    output: results/models/en/seed9/checkpoint.pt, results/models/en/seed9/vocab.json
+    resources: tmpdir=<TBD>, runtime=25, gpu=1, mem_mb=32000
+
+[Fri Nov 27 12:00:00 2026]
+localrule table:
+    output: results/table5.csv
+    resources: tmpdir=<TBD>, runtime=60, mem_mb=4000
+
+Job stats:
+job                      count
+---------------------  -------
+evaluate_stack_seeds1_3        1
+mine                           1
+table                          1
+train                          1
+train_stack_seeds1_3           1
+total                          5
+"""
+
+
+def test_plan_facts_count_what_a_dry_run_plans():
+    """By hand on a small dry run: 5 jobs; 4 models (3 of a stack + 1); one stack of 3; 4 jobs
+    ask a GPU but 3 submissions reach a GPU queue (the stack's two jobs are one group job)."""
+    from pseudopairs.report import plan
+
+    facts = plan.plan_facts(PLAN_OUTPUT, prefix="toy")
+    assert facts == {"toy.jobs": 5, "toy.models": 4, "toy.stacks": 1, "toy.stacks_of_3": 1, "toy.gpu_jobs": 4,
+                     "toy.gpu_submissions": 3, "toy.mine": 1, "toy.features": 0, "toy.translate": 0,
+                     "toy.evaluate_clc": 0, "toy.model_disk_gb": 0}
+    text = "plans <!--plan:toy.jobs-->4<!--/plan--> jobs, <!--plan:toy.models-->4<!--/plan--> models\n" \
+           "and <!--plan:toy.nothing-->1<!--/plan-->"
+    assert plan.marker_errors(text, facts, source="X.md") == [
+        "X.md:1: toy.jobs says 4, the plan has 5",
+        f"X.md:2: toy.nothing is no figure of the plan; known: {', '.join(sorted(facts))}"]
+    assert plan.write_markers(text, {**facts, "toy.jobs": 1234}).startswith(
+        "plans <!--plan:toy.jobs-->1,234<!--/plan--> jobs")
+
+
+def test_every_figure_the_docs_quote_from_the_plan_is_the_plans(tmp_path):
+    """Each job, model, stack, GPU and disk figure the docs derive from the plan sits between
+    plan markers; the dry runs of config/paper.yaml, the demo's Table 5 and its rule all give
+    each of them (``pseudopairs plan-facts --write`` rewrites them after a change)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    from pseudopairs.report import plan
+
+    facts = plan.all_facts(REPO, tmp_path)
+    texts = {name: (REPO / name).read_text(encoding="utf-8") for name in plan.DOCS}
+    problems = [m for name, text in texts.items() for m in plan.marker_errors(text, facts, source=name)]
+    assert not problems, "\n".join(problems) + "\n(run `pseudopairs plan-facts --write`)"
+    assert {"paper.jobs", "paper.models", "paper.stacks", "paper.gpu_submissions", "paper.model_disk_gb",
+            "demo.table5.jobs", "demo.jobs_after_table5"} <= plan.marked_names(texts.values())

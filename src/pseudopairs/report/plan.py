@@ -1,0 +1,220 @@
+"""The figures of the docs that the plan determines (job counts, models, stacks, GPU submissions,
+the models' disk), computed from Snakemake's dry runs, and kept in the docs between markers so a
+test can check every one of them against the plan and ``pseudopairs plan-facts --write`` can
+rewrite them::
+
+    the paper configuration plans <!--plan:paper.jobs-->600<!--/plan--> jobs
+
+A dry run with the SLURM profile lists each group job's members under a ``Group job NAME`` line;
+:func:`dry_run_jobs` reads every job's rule, group, outputs and resources from it, and
+:func:`plan_facts` counts. :data:`PLANS` names the dry runs the docs quote.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+#: The models' disk: the best-weights checkpoint at the paper's sizes, measured by the rehearsal
+#: (docs/scale.md: 58 MB per model).
+CHECKPOINT_MB = 58
+
+#: The dry runs whose figures the docs quote: name -> (targets, whether the paper configuration
+#: is layered on, extra --configfile YAML or None).
+PLANS = {
+    "paper": ((), True, None),                         # rule all of config/paper.yaml
+    "demo.table5": (("results/table5.csv",), False, None),
+    "demo": ((), False, None),                          # rule all of the demo
+}
+
+MARKER = re.compile(r"<!--plan:(?P<name>[\w.]+)-->(?P<value>[^<]*)<!--/plan-->")
+
+
+def dry_run_jobs(output: str) -> list[dict]:
+    """Every job of a dry run (``snakemake -n``, with or without the SLURM profile): its rule,
+    group job (None outside one), threads, outputs and resources."""
+    jobs: list[dict] = []
+    group = job = None
+    for line in output.splitlines():
+        header = re.search(r"Group job (\S+) \(jobs", line)
+        if header:
+            group = header.group(1)
+            continue
+        head = re.match(r"^( *)(?:local)?rule (\w+):$", line)
+        if head:
+            if not head.group(1):
+                group = None
+            job = {"rule": head.group(2), "group": group, "threads": 1, "outputs": []}
+            jobs.append(job)
+            continue
+        if job is None:
+            continue
+        resources = re.match(r"^\s+resources: (.*)$", line)
+        threads = re.match(r"^\s+threads: (\d+)$", line)
+        outputs = re.match(r"^\s+output: (.*)$", line)
+        if resources:
+            job.update(item.split("=", 1) for item in resources.group(1).split(", "))
+        elif threads:
+            job["threads"] = int(threads.group(1))
+        elif outputs:
+            job["outputs"] = outputs.group(1).split(", ")
+    return jobs
+
+
+def total_jobs(output: str) -> int:
+    """The ``total`` line of the dry run's job statistics."""
+    found = re.findall(r"^total\s+(\d+)$", output, re.M)
+    if not found:
+        raise ValueError("dry run output has no job statistics (its 'total' line)")
+    return int(found[-1])
+
+
+def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
+    """The figures of one dry run, each named ``{prefix}.{what}``: ``jobs``; ``models`` (the
+    checkpoints it trains); ``stacks`` (train-stack jobs) and ``stacks_of_N`` per block size;
+    ``gpu_jobs`` (jobs asking for a GPU) and ``gpu_submissions`` (what reaches a GPU queue: a
+    group job once, with its members); the jobs of ``mine``, ``features``, ``translate`` (the
+    translations, CLC's included) and ``evaluate_clc``; ``model_disk_gb`` (models ×
+    :data:`CHECKPOINT_MB`, rounded)."""
+    jobs = dry_run_jobs(output)
+    checkpoints = {path for job in jobs for path in job["outputs"] if path.endswith("/checkpoint.pt")}
+    gpu = [job for job in jobs if int(job.get("gpu", 0) or 0) > 0]
+    groups = {job["group"] for job in gpu if job["group"]}
+    stacks = [job for job in jobs if job["rule"].startswith("train_stack_")]
+    facts = {
+        "jobs": total_jobs(output),
+        "models": len(checkpoints),
+        "stacks": len(stacks),
+        "gpu_jobs": len(gpu),
+        "gpu_submissions": len(groups) + sum(1 for job in gpu if not job["group"]),
+        "mine": sum(job["rule"] == "mine" for job in jobs),
+        "features": sum(job["rule"] == "features" for job in jobs),
+        "translate": sum(job["rule"] in ("translate", "translate_clc") for job in jobs),
+        "evaluate_clc": sum(job["rule"] == "evaluate_clc" for job in jobs),
+        "model_disk_gb": round(len(checkpoints) * CHECKPOINT_MB / 1000),
+    }
+    for job in stacks:
+        size = sum(path.endswith("/checkpoint.pt") for path in job["outputs"])
+        facts[f"stacks_of_{size}"] = facts.get(f"stacks_of_{size}", 0) + 1
+    return {f"{prefix}.{name}": value for name, value in facts.items()}
+
+
+def shown(value: int) -> str:
+    """A figure as the docs write it (thousands separated by commas)."""
+    return f"{value:,}"
+
+
+def marker_errors(text: str, facts: dict[str, int], *, source: str) -> list[str]:
+    """Each marker of ``text`` whose figure is not the plan's (or names no known figure)."""
+    messages = []
+    for match in MARKER.finditer(text):
+        name, value = match.group("name"), match.group("value")
+        line = text.count("\n", 0, match.start()) + 1
+        if name not in facts:
+            messages.append(f"{source}:{line}: {name} is no figure of the plan; known: "
+                            f"{', '.join(sorted(facts))}")
+        elif value != shown(facts[name]):
+            messages.append(f"{source}:{line}: {name} says {value}, the plan has {shown(facts[name])}")
+    return messages
+
+
+def write_markers(text: str, facts: dict[str, int]) -> str:
+    """``text`` with every marker's figure set to the plan's (unknown names left as they are)."""
+    def replace(match: re.Match) -> str:
+        name = match.group("name")
+        value = shown(facts[name]) if name in facts else match.group("value")
+        return f"<!--plan:{name}-->{value}<!--/plan-->"
+
+    return MARKER.sub(replace, text)
+
+
+def marked_names(texts: Iterable[str]) -> set[str]:
+    return {match.group("name") for text in texts for match in MARKER.finditer(text)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The dry runs, and the command that checks or rewrites the docs
+
+
+#: The files whose figures come from the plan (relative to the repository).
+DOCS = ("README.md", "docs/cluster.md", "docs/scale.md", "docs/smalr.md", "docs/results.md",
+        "profiles/README.md", "config/README.md", "config/paper.yaml")
+
+
+def dry_run(repo, workdir, *, targets=(), paper: bool = False, extra: str | None = None) -> str:
+    """``snakemake -n`` of ``targets`` (rule all when none) with the SLURM profile in
+    ``workdir``: the demo configuration, or config/paper.yaml with a site file naming an (empty)
+    Flickr30K folder; ``extra``: a YAML file's text layered on top."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo, workdir = Path(repo), Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = []
+    if paper:
+        (workdir / "flickr30k").mkdir(exist_ok=True)
+        (workdir / "site.yaml").write_text(f"paper_data: {{flickr30k_images: {workdir / 'flickr30k'}}}\n")
+        files = [str(repo / "config" / "paper.yaml"), str(workdir / "site.yaml")]
+    if extra:
+        (workdir / "extra.yaml").write_text(extra)
+        files.append(str(workdir / "extra.yaml"))
+    exe = Path(sys.executable).with_name("snakemake")
+    command = [str(exe) if exe.exists() else (shutil.which("snakemake") or "snakemake"),
+               "-s", str(repo / "Snakefile"), "-d", str(workdir), "-n", "--cores", "64",
+               "--profile", str(repo / "profiles" / "slurm"), *targets]
+    if files:
+        command += ["--configfile", *files]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
+    if result.returncode != 0:
+        raise RuntimeError(f"dry run {' '.join(targets) or 'all'} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def all_facts(repo, workdir) -> dict[str, int]:
+    """The figures of every dry run of :data:`PLANS`, and the demo's jobs after Table 5's."""
+    from pathlib import Path
+
+    facts: dict[str, int] = {}
+    for name, (targets, paper, extra) in PLANS.items():
+        output = dry_run(repo, Path(workdir) / name, targets=targets, paper=paper, extra=extra)
+        facts.update(plan_facts(output, prefix=name))
+    facts["demo.jobs_after_table5"] = facts["demo.jobs"] - facts["demo.table5.jobs"]
+    return facts
+
+
+def _cli_plan_facts(args) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from pseudopairs.io import write_text_atomic
+
+    repo = Path(__file__).resolve().parents[3]
+    with tempfile.TemporaryDirectory() as workdir:
+        facts = all_facts(repo, workdir)
+    for name in sorted(facts):
+        print(f"{name}\t{shown(facts[name])}")
+    problems = []
+    for relative in DOCS:
+        path = repo / relative
+        text = path.read_text(encoding="utf-8")
+        if args.write:
+            updated = write_markers(text, facts)
+            if updated != text:
+                write_text_atomic(path, updated)
+                print(f"rewrote the figures of {relative}")
+        else:
+            problems += marker_errors(text, facts, source=relative)
+    if problems:
+        raise SystemExit("\n".join(problems))
+
+
+def register_cli(subparsers) -> None:
+    from pseudopairs import commands
+
+    p = commands.add_command(subparsers, "plan-facts", _cli_plan_facts)
+    p.add_argument("--write", action="store_true",
+                   help="rewrite the docs' figures (else check them and list the differences)")
