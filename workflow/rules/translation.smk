@@ -109,7 +109,7 @@ localrules:
 
 rule download_translation_named:
     output:
-        archive(f"{RESULTS}/downloads/translation_models/{{name}}/model{{suffix}}"),
+        archive(layout.translation_named_archive("{name}", "{suffix}")),
     log:
         layout.log("download_translation_named", "{name}{suffix}"),
     benchmark:

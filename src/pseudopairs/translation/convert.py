@@ -225,12 +225,15 @@ class ModelDir:
     def decode(self, outputs: list[list[str]], *, prefix: list[str]) -> list[str]:
         """Translations' tokens to text: the forced prefix and the special tokens dropped, the
         rest decoded by the target SentencePiece model."""
+        if not self.tokens:
+            return self.target_tokenizer.decode(outputs)
         special = set(self.tokens.get("special", []))
-        if prefix or special:
-            n = len(prefix)
-            outputs = [[t for t in (out[n:] if out[:n] == prefix else out) if t not in special]
-                       for out in outputs]
-        return self.target_tokenizer.decode(outputs)
+        n = len(prefix)
+        outputs = [[t for t in (out[n:] if out[:n] == prefix else out) if t not in special] for out in outputs]
+        # A piece the target SentencePiece model lacks (a joint vocabulary's source-side piece)
+        # is decoded as it is written: its word-boundary mark becomes a space, as the models' own
+        # tokenizers do.
+        return [text.replace("\u2581", " ").strip() for text in self.target_tokenizer.decode(outputs)]
 
 
 def open_model_dir(path: str | os.PathLike) -> ModelDir:

@@ -259,7 +259,10 @@ def _convert_transformers(spec: dict, path: Path, tmp: Path) -> Staged:
                                  f"sentences ({affixes} vs {found})")
             affixes = found
     prefix, suffix = affixes or ([], ["</s>"])
-    special = sorted(set(tokenizer.all_special_tokens) | set(SPECIAL_TOKENS))
+    # the tokenizer's special tokens, and the vocabulary's fillers it does not know (M2M100's
+    # madeupwordN), which its decoding drops as unknown
+    own = tokenizer.get_vocab()
+    special = sorted(set(tokenizer.all_special_tokens) | set(SPECIAL_TOKENS) | {t for t in vocab if t not in own})
     return Staged(family=family, tokenizers=_stage_tokenizers(tmp, source, target),
                   source_prefix=list(prefix), source_suffix=list(suffix), special=special,
                   source={"format": "transformers", "path": str(path.resolve()),
@@ -365,6 +368,10 @@ def _languages(spec: dict, family: str, source_vocab: list[str], target_vocab: l
     return out
 
 
+#: Vocabulary fillers (fairseq's madeupwordN) and masks, which no translation shows.
+_FILLER = re.compile(r"^(madeupword\d+|<mask>)$")
+
+
 def prepare_model(spec: dict, output_dir: str | os.PathLike) -> dict:
     """The ``convert-mt --spec`` step: the declared model (:func:`~.models.convert_spec`) into
     ``output_dir`` (replaced atomically). Returns the ``pseudopairs_mt.json`` written there."""
@@ -383,8 +390,11 @@ def prepare_model(spec: dict, output_dir: str | os.PathLike) -> dict:
         source_prefix = staged.source_prefix
         if staged.family == "marian" and multilingual:
             source_prefix = ["{target}", *source_prefix]
-        special = sorted(set(staged.special) | set(languages.values() if languages else ()))
-        special = [t for t in special if t in set(target_vocab)]
+        special = set(staged.special) | set(languages.values() if languages else ())
+        if staged.family in LANGUAGE_TOKEN_PATTERNS:  # every language token, declared or not
+            pattern = LANGUAGE_TOKEN_PATTERNS[staged.family]
+            special |= {t for t in target_vocab if pattern.match(t) or _FILLER.match(t)}
+        special = sorted(special & set(target_vocab))
         digest = sha256_file(tmp / "model.bin")
         info = {
             "format": 2,

@@ -300,10 +300,10 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
                      dataset=dataset, case=case, truecase_model=truecase_model)
     if table and case is None:
         case = "lowercase"
-    source = _read_table(captions, source_lang) if table else _read_text(captions)
-
     model = open_model_dir(model_dir)
     model.check_languages(source_lang, target_lang)
+    source = _read_table(captions, source_lang) if table else _read_text(captions)
+
     device, compute = resolve_device(settings)
     fingerprint = translation_fingerprint(model, settings, device=device, compute=compute,
                                           source_lang=source_lang, target_lang=target_lang,
