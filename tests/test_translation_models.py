@@ -501,3 +501,45 @@ def test_the_workflow_downloads_converts_and_plans_a_named_model(hf, tmp_path):
     # the archive is a temporary (paper_data.keep_archives keeps it), its content stays
     assert not (tmp_path / "results/downloads/translation_models/opus/model.tar.gz").exists()
     assert (tmp_path / "results/downloads/translation_models/opus/extracted/opus-mt-en-de/config.json").is_file()
+
+
+def test_translation_model_is_needed_only_by_the_data_sets_and_rows_that_use_it():
+    """Without translation.model, every translated data set names its model; a data set that
+    names none, and the CLC rows (their models are trained like it), say what is missing."""
+    nllb = {"format": "transformers", "path": "/models/nllb", "languages": {"en": "eng_Latn", "de": "deu_Latn"}}
+    config = demo_config(nllb=nllb)
+    del config["translation"]["model"]
+    message = config_errors(config)
+    assert ("config key 'datasets.coco.de-mt': no translation model: name one of translation.models in "
+            "'translation_model' (declared: ['nllb']) or declare translation.model") in message
+    assert "config key 'translation.model': required by the CLC rows of ['table_smalr2']" in message
+    config["datasets"]["coco.de-mt"]["translation_model"] = "nllb"
+    config["tables"] = {k: v for k, v in config["tables"].items()
+                        if not any(r.get("clc") for r in v.get("rows", []))}
+    config["datasets"]["coco.en"]["translation_model"] = "nllb"
+    assert ("config key 'datasets.coco.en.translation_model': only a translated data set (translation: ...) "
+            "names a translation model") in config_errors(config)
+
+
+def test_an_unused_default_model_is_not_checked():
+    """Real data with every translated data set on a named model: config.yaml's demo model (no
+    parallel text outside the demo world) is not in the way; used, it is."""
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
+                         REPO / "config" / "paper.yaml")
+    config["translation"]["model"] = {"source": "train", "quantization": "int8"}
+    config["paper_data"]["flickr30k_images"] = "/data/flickr30k"
+    message = config_errors(config)
+    assert "config key 'translation.model.parallel_text': required with source: train outside the demo world" \
+        in message
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
+                         REPO / "config" / "paper.yaml")
+    config["translation"]["model"] = {"source": "train", "quantization": "int8"}
+    config["translation"]["models"] = {"nllb": {"format": "transformers", "path": "/m",
+                                                "languages": {"en": "eng_Latn", "de": "deu_Latn"}}}
+    config["datasets"]["coco.de-mt"]["translation_model"] = "nllb"
+    config["tables"] = {k: v for k, v in config["tables"].items() if not any(r.get("clc") for r in v.get("rows", []))}
+    config["paper_data"]["flickr30k_images"] = "/data/flickr30k"
+    try:
+        check_config(config)
+    except ConfigError as err:
+        assert "translation.model" not in str(err), str(err)

@@ -168,7 +168,15 @@ def check(config: dict) -> list[str]:
         messages += _dataset_model_errors(config, name, source["lang"], datasets[name]["lang"],
                                           declared, sound=not bad_declarations)
     model = section.get("model")
-    if model is not None:
+    clc_tables = sorted({t for t, spec in config.get("tables", {}).items()
+                         for row in spec.get("rows", []) if row.get("clc")})
+    if model is None and clc_tables:
+        messages.append(f"config key 'translation.model': required by the CLC rows of {clc_tables} (their "
+                        "translation models are trained and converted like it)")
+    # the default model is checked where something uses it (a config layered over config.yaml
+    # keeps its demo model even when every data set names another)
+    default_used = clc_tables or any(MODEL_KEY not in datasets[name] for name in translated)
+    if model is not None and default_used:
         if model["quantization"] not in QUANTIZATIONS:
             messages.append(f"config key 'translation.model.quantization': {model['quantization']!r} is not "
                             f"one of {list(QUANTIZATIONS)}")
