@@ -1,6 +1,8 @@
 """The ``convert-mt`` step: convert an OpenNMT-py Transformer checkpoint (3.x layout, or a
 1.x/2.x one, which is re-saved first) with CTranslate2's OpenNMT-py converter into a
-self-contained model directory."""
+self-contained model directory (``--spec``: a declared model of any format,
+:mod:`pseudopairs.translation.converters`), and :class:`ModelDir`, such a directory as the
+translation steps read it."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pseudopairs import commands
 from pseudopairs.io import atomic_directory
 from pseudopairs.translation.checkpoint import load_checkpoint
 from pseudopairs.translation.settings import QUANTIZATIONS
@@ -268,46 +269,3 @@ def open_model_dir(path: str | os.PathLike) -> ModelDir:
         tokenizers[side] = SentencePieceTokenizer(path / name)
     return ModelDir(path=path, info=info, source_tokenizer=tokenizers["source"],
                     target_tokenizer=tokenizers["target"])
-
-
-def _cmd_convert_mt(args: argparse.Namespace) -> int:
-    if args.spec:
-        if args.checkpoint or args.tokenizer or args.source_tokenizer or args.target_tokenizer or args.model_id:
-            raise ValueError("--spec declares the whole model: give it alone (with --output-dir)")
-        from pseudopairs.translation.converters import prepare_model
-
-        info = prepare_model(args.spec, args.output_dir)
-        print(f"convert-mt: {info['model_id']} ({info['source']['format']}, {info['family']} family, "
-              f"quantization {info['quantization']}) -> {args.output_dir}")
-        return 0
-    if not args.checkpoint:
-        raise ValueError("give --checkpoint (an OpenNMT-py checkpoint) or --spec (a declared model)")
-    if args.tokenizer and (args.source_tokenizer or args.target_tokenizer):
-        raise ValueError("give either --tokenizer or --source-tokenizer/--target-tokenizer")
-    source = args.source_tokenizer or args.tokenizer
-    target = args.target_tokenizer or args.tokenizer
-    if (args.source_tokenizer is None) != (args.target_tokenizer is None):
-        raise ValueError("--source-tokenizer and --target-tokenizer go together")
-    info = convert_checkpoint(args.checkpoint, args.output_dir, quantization=args.quantization,
-                              source_tokenizer=source, target_tokenizer=target, model_id=args.model_id)
-    print(f"convert-mt: {info['model_id']} ({info['source']['layout']}, quantization "
-          f"{info['quantization']}) -> {args.output_dir}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "convert-mt", _cmd_convert_mt, description=__doc__,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default=None, help="OpenNMT-py .pt checkpoint")
-    commands.add_json(p, "--spec", "a declared model of any format (pseudopairs.translation.models."
-                      "convert_spec: format, path, files, languages, quantization ...) instead of --checkpoint",
-                      required=False)
-    p.add_argument("--output-dir", required=True, help="CTranslate2 model directory (replaced atomically)")
-    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
-                   help="weight type of the converted model (default: none = as saved)")
-    p.add_argument("--tokenizer", default=None,
-                   help=f"shared SentencePiece model (default: {SHARED_TOKENIZER} beside the checkpoint)")
-    p.add_argument("--source-tokenizer", default=None, help="source SentencePiece model (with --target-tokenizer)")
-    p.add_argument("--target-tokenizer", default=None, help="target SentencePiece model")
-    p.add_argument("--model-id", default=None,
-                   help="identifier recorded with every translation (default: checkpoint name + SHA-256 prefix)")

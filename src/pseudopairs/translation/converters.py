@@ -18,6 +18,7 @@ translating needs neither transformers nor torch. Conversion never reaches the n
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -27,10 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from pseudopairs import commands
 from pseudopairs.io import atomic_directory
 from pseudopairs.registry import Registry
-from pseudopairs.translation.convert import (SHARED_TOKENIZER, convert_opennmt_into,
+from pseudopairs.translation.convert import (SHARED_TOKENIZER, convert_checkpoint, convert_opennmt_into,
                                              copy_tokenizers, write_model_info)
+from pseudopairs.translation import convert as _convert_module
 from pseudopairs.translation.models import (FORMAT_FAMILIES, LANGUAGE_TOKEN_PATTERNS, MULTILINGUAL_FAMILIES,
                                             language_token)
 from pseudopairs.translation.settings import QUANTIZATIONS
@@ -423,3 +426,49 @@ def prepare_model(spec: dict, output_dir: str | os.PathLike) -> dict:
              output_dir, info["model_id"])
     return info
 
+
+# ----------------------------------------------------------------------------------------------
+# The convert-mt command
+
+_DESCRIPTION = (_convert_module.__doc__ or "") + "\n\n" + (__doc__ or "")
+
+
+def _cmd_convert_mt(args: argparse.Namespace) -> int:
+    if args.spec:
+        if args.checkpoint or args.tokenizer or args.source_tokenizer or args.target_tokenizer or args.model_id:
+            raise ValueError("--spec declares the whole model: give it alone (with --output-dir)")
+        info = prepare_model(args.spec, args.output_dir)
+        print(f"convert-mt: {info['model_id']} ({info['source']['format']}, {info['family']} family, "
+              f"quantization {info['quantization']}) -> {args.output_dir}")
+        return 0
+    if not args.checkpoint:
+        raise ValueError("give --checkpoint (an OpenNMT-py checkpoint) or --spec (a declared model)")
+    if args.tokenizer and (args.source_tokenizer or args.target_tokenizer):
+        raise ValueError("give either --tokenizer or --source-tokenizer/--target-tokenizer")
+    source = args.source_tokenizer or args.tokenizer
+    target = args.target_tokenizer or args.tokenizer
+    if (args.source_tokenizer is None) != (args.target_tokenizer is None):
+        raise ValueError("--source-tokenizer and --target-tokenizer go together")
+    info = convert_checkpoint(args.checkpoint, args.output_dir, quantization=args.quantization,
+                              source_tokenizer=source, target_tokenizer=target, model_id=args.model_id)
+    print(f"convert-mt: {info['model_id']} ({info['source']['layout']}, quantization "
+          f"{info['quantization']}) -> {args.output_dir}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = commands.add_command(subparsers, "convert-mt", _cmd_convert_mt, description=_DESCRIPTION,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=None, help="OpenNMT-py .pt checkpoint")
+    commands.add_json(p, "--spec", "a declared model of any format (pseudopairs.translation.models."
+                      "convert_spec: format, path, files, languages, quantization ...) instead of --checkpoint",
+                      required=False)
+    p.add_argument("--output-dir", required=True, help="CTranslate2 model directory (replaced atomically)")
+    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                   help="weight type of the converted model (default: none = as saved)")
+    p.add_argument("--tokenizer", default=None,
+                   help=f"shared SentencePiece model (default: {SHARED_TOKENIZER} beside the checkpoint)")
+    p.add_argument("--source-tokenizer", default=None, help="source SentencePiece model (with --target-tokenizer)")
+    p.add_argument("--target-tokenizer", default=None, help="target SentencePiece model")
+    p.add_argument("--model-id", default=None,
+                   help="identifier recorded with every translation (default: checkpoint name + SHA-256 prefix)")
