@@ -159,7 +159,7 @@ def test_mclm_targets_get_no_gradient_when_detached():
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 36: the masked sentences belong to MCLM (002 §3.3, Fig. 2); HEM and LA have none, and the
+# The masked sentences belong to MCLM (002 §3.3, Fig. 2); HEM and LA have none, and the
 # heads are trained but not kept (002 §5: parameters during training vs at test time)
 
 
