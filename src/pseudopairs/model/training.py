@@ -18,8 +18,8 @@ authors' code switches the c2c task on only once the c2i loss has left the colla
 the loss of a model whose embeddings are all equal, where every hinge is the margin:
 ``2·B·margin`` per batch for max-violation (B = batch size). With ``c2c_warmup: f`` and the
 max-violation loss, c2c is off until a validation at which the mean of the c2i losses since the
-previous validation is below ``f`` × that plateau (the authors' threshold 49 at batch 128, margin
-0.2 is f ≈ 0.96); from the next update on it is drawn, and stays on. With the sum of hinges
+previous validation is below ``f`` × that plateau (the authors' threshold 49.0 at batch 128, margin
+0.2 is f = 0.95703125); from the next update on it is drawn, and stays on. With the sum of hinges
 (``max_violation: false``) there is no warm-up, as in the authors' code. (Under ``joint`` the
 image–caption part of each update, scaled to one full batch, is watched, and the caption–caption
 pairs join the sum after that validation.) ``c2c_from`` in the checkpoint and the summary: the
