@@ -155,7 +155,8 @@ def test_the_demo_declares_figure_3_for_table_2():
     assert contract.parameters_figures(config) == {"smalr_params": "table_smalr2"}
     spec = contract.parameters_figure_spec(config, "smalr_params")
     assert spec["count"] == "training"                     # 002's Figure 3: parameters trained
-    assert [row["experiment"] for row in spec["rows"]] == ["smalr_la", "smalr_hem", "smalr", "t_multi"]
+    assert [row["experiment"] for row in spec["rows"]] == ["smalr_la", "smalr_hem", "smalr", "smalr_hem_task1",
+                                                           "smalr_task1", "t_multi"]
     assert spec["langs"] == ["en", "de", "fr", "cs"] and spec["retrieval_key"] == "portion_retrieval"
     assert spec["metrics"]["smalr"] == {"1": "results/models/smalr/seed1/metrics.json",
                                         "2": "results/models/smalr/seed2/metrics.json"}
