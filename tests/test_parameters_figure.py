@@ -1,6 +1,6 @@
-"""Paper 002's Figure 3 (mR against trainable parameters): the points computed from hand-made
-metrics.json files, the per-language-embedding reference, the PNG written, the figure declared as
-config data (table_smalr2's ``parameters_figure``) and the demo's dry run."""
+"""Paper 002's Figure 3 (mR against parameters, trained or kept at test time): the points computed
+from hand-made metrics.json files, the per-language-embedding reference, the PNG written, the
+figure declared as config data (table_smalr2's ``parameters_figure``) and the demo's dry run."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ import pytest
 from conftest import run_snakemake
 from pseudopairs import cli
 from pseudopairs.report import contract
-from pseudopairs.report.parameters import CSV_COLUMNS, parameters_table
+from pseudopairs.report.parameters import CSV_COLUMNS, parameters_figure, parameters_table
 from test_experiments import demo
 
 
-def _metrics(path, *, trainable, text_embedding, recalls, key="portion_retrieval"):
-    """A metrics.json with ``recalls[lang]`` = its retrieval entry."""
+def _metrics(path, *, trainable, text_embedding, recalls, key="portion_retrieval", heads=0):
+    """A metrics.json with ``recalls[lang]`` = its retrieval entry; ``heads``: parameters trained
+    besides the model's (``training`` = trainable + heads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({key: recalls, "parameters": {
-        "trainable": trainable, "total": trainable + 7, "text_embedding": text_embedding}}))
+        "trainable": trainable, "total": trainable + 7, "text_embedding": text_embedding,
+        "training": trainable + heads}}))
     return str(path)
 
 
@@ -45,9 +47,10 @@ def _spec(tmp_path, *, reference=True):
                    "2": _metrics(m / "la2.json", trainable=1000, text_embedding=100,
                                  recalls={"en": {"mean_recall": 60.0}, "de": {"mean_recall": 50.0}})},
             # hybrid embedding: (2 + 3 + 2) rows x 4 + a 4 -> 5 projection = 28 + 25 = 53
-            "hem": {"1": _metrics(m / "hem1.json", trainable=1053, text_embedding=53,
+            # SMALR-like: 300 parameters of training-only heads besides the model's 1053
+            "hem": {"1": _metrics(m / "hem1.json", trainable=1053, text_embedding=53, heads=300,
                                   recalls={"en": {"mean_recall": 70.0}, "de": {"mean_recall": 62.0}}),
-                    "2": _metrics(m / "hem2.json", trainable=1053, text_embedding=53,
+                    "2": _metrics(m / "hem2.json", trainable=1053, text_embedding=53, heads=300,
                                   recalls={"en": {"mean_recall": 68.0}, "de": {"mean_recall": 60.0}})},
             # one seed: no standard deviation; a parameter count that differs by seed is averaged
             "gru": {"1": _metrics(m / "gru1.json", trainable=5001, text_embedding=4000,
@@ -65,6 +68,9 @@ def test_points_are_the_mean_over_languages_and_seeds(tmp_path):
     assert list(frame.columns) == CSV_COLUMNS
     rows = frame.set_index("label")
     assert rows.loc["LA", "trainable_mean"] == 1000 and rows.loc["LA", "n"] == 2
+    assert rows.loc["LA", "training_mean"] == 1000                              # no heads
+    # trained: the model's 1053 and the heads' 300; kept at test time: the model's 1053
+    assert rows.loc["HEM", "training_mean"] == 1353 and rows.loc["HEM", "trainable_mean"] == 1053
     assert rows.loc["LA", "mean_recall_mean"] == pytest.approx(50.0)
     assert rows.loc["LA", "mean_recall_std"] == pytest.approx(math.sqrt(50.0))   # 45, 55: sd 7.07
     assert rows.loc["LA", "paper_mean_recall"] == pytest.approx((65.5 + 61.3) / 2)
@@ -73,9 +79,10 @@ def test_points_are_the_mean_over_languages_and_seeds(tmp_path):
     assert math.isnan(rows.loc["HEM", "paper_mean_recall"])                      # no German number
     assert rows.loc["GRU", "n"] == 1 and math.isnan(rows.loc["GRU", "mean_recall_std"])
     assert rows.loc["GRU", "mean_recall_mean"] == 25.0 and bool(rows.loc["GRU", "beyond_paper"])
-    # per-language embeddings: the HEM model's 1053 - 53 + (2 + 4 + 2) x 4 + 25 = 1057
+    # per-language embeddings: the HEM model's 1053 - 53 + (2 + 4 + 2) x 4 + 25 = 1057 kept at
+    # test time, 1353 - 53 + 57 = 1357 trained
     ref = rows.loc["per-language"]
-    assert bool(ref["reference"]) and ref["trainable_mean"] == 1057
+    assert bool(ref["reference"]) and ref["trainable_mean"] == 1057 and ref["training_mean"] == 1357
     assert math.isnan(ref["mean_recall_mean"])
 
 
@@ -93,7 +100,13 @@ def test_a_metrics_file_without_counts_is_named(tmp_path):
     data = json.loads(open(path).read())
     del data["parameters"]
     open(path, "w").write(json.dumps(data))
-    with pytest.raises(ValueError, match=r"la2\.json: no parameters\.trainable"):
+    with pytest.raises(ValueError, match=r"la2\.json: no parameters\.training"):
+        parameters_table(spec)
+    # a metrics.json written before the training count was recorded
+    data["parameters"] = {"trainable": 1000, "total": 1007, "text_embedding": 100}
+    open(path, "w").write(json.dumps(data))
+    with pytest.raises(ValueError, match=r"la2\.json: no parameters\.training \(a metrics\.json "
+                                         r"from before"):
         parameters_table(spec)
 
 
@@ -106,15 +119,44 @@ def test_cli_writes_the_png_and_the_csv(tmp_path):
     frame = pd.read_csv(csv)
     assert frame["label"].tolist() == ["LA", "HEM", "GRU", "per-language"]
     assert frame["trainable_mean"].tolist() == [1000, 1053, 5001, 1057]
+    assert frame["training_mean"].tolist() == [1000, 1353, 5001, 1357]
     assert frame["mean_recall_mean"].iloc[:3].tolist() == pytest.approx([50.0, 65.0, 25.0])
     assert sorted(p.name for p in png.parent.iterdir()) == ["fig.csv", "fig.png"]
+
+
+@pytest.mark.parametrize("count, column", [("training", "training_mean"), ("test_time", "trainable_mean")])
+def test_the_figure_plots_the_count_it_is_given(tmp_path, monkeypatch, count, column):
+    """``count`` picks the x of every point and of the reference line, and names the axis."""
+    import matplotlib.axes
+
+    frame = parameters_table(_spec(tmp_path))
+    seen = {}
+    real_errorbar, real_axvline = matplotlib.axes.Axes.errorbar, matplotlib.axes.Axes.axvline
+
+    def errorbar(self, x, y, **kwargs):
+        seen.setdefault("points", []).append(x[0])
+        return real_errorbar(self, x, y, **kwargs)
+
+    def axvline(self, x=0, **kwargs):
+        seen["line"] = x
+        return real_axvline(self, x, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", errorbar)
+    monkeypatch.setattr(matplotlib.axes.Axes, "axvline", axvline)
+    parameters_figure(frame, tmp_path / "fig.png", count=count)
+    assert seen["points"] == frame[column].iloc[:3].tolist()
+    assert seen["line"] == frame[column].iloc[3]
+    with pytest.raises(ValueError, match="count must be one of \\['training', 'test_time'\\], got 'all'"):
+        parameters_figure(frame, tmp_path / "fig.png", count="all")
 
 
 def test_the_demo_declares_figure_3_for_table_2():
     config = demo()
     assert contract.parameters_figures(config) == {"smalr_params": "table_smalr2"}
     spec = contract.parameters_figure_spec(config, "smalr_params")
-    assert [row["experiment"] for row in spec["rows"]] == ["smalr_la", "smalr_hem", "smalr", "t_multi"]
+    assert spec["count"] == "training"                     # 002's Figure 3: parameters trained
+    assert [row["experiment"] for row in spec["rows"]] == ["smalr_la", "smalr_hem", "smalr", "smalr_hem_task1",
+                                                           "smalr_task1", "t_multi"]
     assert spec["langs"] == ["en", "de", "fr", "cs"] and spec["retrieval_key"] == "portion_retrieval"
     assert spec["metrics"]["smalr"] == {"1": "results/models/smalr/seed1/metrics.json",
                                         "2": "results/models/smalr/seed2/metrics.json"}

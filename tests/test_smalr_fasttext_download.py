@@ -201,4 +201,5 @@ def test_real_configuration_downloads_the_vectors_of_each_language(tmp_path):
         assert (f"--url https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.vec.gz "
                 f"--output results/downloads/fasttext/{lang}.vec.gz") in out
     # each fasttext job filters its language's download (its spec names it)
-    assert out.count('"published":"results/downloads/fasttext/de.vec.gz"') == 3 * 3
+    # (5 hem experiments: LA, HEM, SMALR and the two translation-portion rows; 3 seeds)
+    assert out.count('"published":"results/downloads/fasttext/de.vec.gz"') == 5 * 3

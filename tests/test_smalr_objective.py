@@ -206,3 +206,94 @@ def test_mclm_targets_get_no_gradient_when_detached():
         terms["mclm"].backward()
         full_grad = encoded["m30k.en"].full.grad
         assert (full_grad is None or not full_grad.abs().sum().item()) == detach
+
+
+# ---------------------------------------------------------------------------------------------
+# The masked sentences belong to MCLM (002 §3.3, Fig. 2); HEM and LA have none, and the
+# heads are trained but not kept (002 §5: parameters during training vs at test time)
+
+
+def test_without_mclm_the_masked_captions_are_no_positives():
+    """002's HEM "does not include MCLM": Eq. (3) on the captions alone. On _two_sentences every
+    caption has cosine 1 with its image and 0 with the other, so no hinge is active: 0 (against
+    0.35 with the masked captions as positives, above); changing only the masked inputs changes
+    nothing."""
+    encoded = _two_sentences()
+    images = _t([[1, 0], [0, 1]])
+    no_mclm = SmalrHeads(joint_dim=2, embedding_dim=2, languages=["de", "en"], hidden=None, mclm=False)
+    terms = smalr_terms(images, encoded, no_mclm, margin=0.2, top_k=10, masked_positives=False)
+    assert terms["image_sentence"].item() == pytest.approx(0.0)
+    assert terms["mclm"].item() == 0.0 and no_mclm.sentence is None and no_mclm.average is None
+    for e in encoded.values():
+        e.masked, e.average_masked = -e.masked, None
+    again = smalr_terms(images, encoded, no_mclm, margin=0.2, top_k=10, masked_positives=False)
+    assert all(again[k].item() == terms[k].item() for k in terms)
+    for e in encoded.values():
+        e.masked = None                     # as encode_batch leaves them without masking
+    with pytest.raises(ValueError, match="masked positives need the masked captions"):
+        smalr_terms(images, encoded, no_mclm, margin=0.2, top_k=10, masked_positives=True)
+
+
+@pytest.mark.parametrize("weight, chosen, expected", [
+    (5e-2, None, True),      # SMALR: MCLM on, its masked sentences are positives
+    (0.0, None, False),      # HEM, LA: no MCLM, no masked sentences
+    (0.0, True, True),       # the other reading: masking as an augmentation of its own
+    (5e-2, False, False)])
+def test_masked_positives_follow_mclm_unless_chosen(weight, chosen, expected):
+    settings = {"smalr_mclm_weight": weight, "smalr_masked_positives": chosen}
+    assert smalr_objective.masked_positives(settings) is expected
+    assert smalr_objective.mclm_on(settings) is (weight > 0)
+
+
+def test_the_training_only_modules_counted_by_hand():
+    """The demo's sizes (joint 128, embedding 64, 4 languages, a linear classifier): the sentence
+    head 256·256 + 256 = 65,792, the average head 128·128 + 128 = 16,512, the classifier 64·4 + 4
+    = 260: 82,564 for SMALR, 260 for HEM and LA (no MCLM). 002's sizes (512, 512): 2 × (1024·1024
+    + 1024) + 512·4 + 4 = 2,101,252."""
+    def count(**kwargs):
+        heads = SmalrHeads(languages=["cs", "de", "en", "fr"], hidden=None, **kwargs)
+        return sum(p.numel() for p in heads.parameters())
+
+    assert count(joint_dim=128, embedding_dim=64) == 82_564
+    assert count(joint_dim=128, embedding_dim=64, mclm=False) == 260
+    assert count(joint_dim=128, embedding_dim=64, mclm=False, classifier=False) == 0
+    assert count(joint_dim=512, embedding_dim=512) == 2_101_252
+
+
+def _evaluate(world, model_dir):
+    from pseudopairs.evaluation.step import evaluate_checkpoint
+    spec, _ = world
+    caps, feats = spec["validation"]["captions"], spec["validation"]["features"]
+    return evaluate_checkpoint(checkpoint=str(model_dir / "checkpoint.pt"),
+                               vocab_path=str(model_dir / "vocab.json"),
+                               spec={"captions": caps, "features": feats, "langs": ["en", "de"],
+                                     "translation_captions": caps, "translation_langs": ["en", "de"]})
+
+
+def test_a_hem_row_masks_nothing_and_records_its_trained_parameters(world, tmp_path, monkeypatch):
+    """SETTINGS: embedding 12, joint 24, En + De. SMALR trains its heads 48·48 + 48 = 2,352 and
+    24·24 + 24 = 600 and the classifier 12·2 + 2 = 26 besides the model: 2,978; HEM (MCLM weight
+    0) only the classifier, 26, and never draws a mask. metrics.json: trainable = the model (kept
+    at test time), training = trainable + those."""
+    smalr = _run(world, tmp_path / "smalr", objective="smalr", max_updates=10)
+    assert smalr["best_score"] > 0
+    meta = torch.load(tmp_path / "smalr" / "checkpoint.pt", weights_only=True)
+    assert meta["objective_parameters"] == 2_978
+    counts = _evaluate(world, tmp_path / "smalr")["parameters"]
+    assert counts["training"] == counts["trainable"] + 2_978
+
+    def no_masking(*args, **kwargs):
+        raise AssertionError("HEM must not mask")
+
+    monkeypatch.setattr(smalr_objective, "mask_tokens", no_masking)
+    _run(world, tmp_path / "hem", objective="smalr", smalr_mclm_weight=0.0, max_updates=10)
+    meta = torch.load(tmp_path / "hem" / "checkpoint.pt", weights_only=True)
+    assert meta["objective_parameters"] == 26
+    counts = _evaluate(world, tmp_path / "hem")["parameters"]
+    assert counts["training"] == counts["trainable"] + 26
+    with pytest.raises(AssertionError, match="HEM must not mask"):   # the other reading masks
+        _run(world, tmp_path / "hem_masked", objective="smalr", smalr_mclm_weight=0.0,
+             smalr_masked_positives=True, max_updates=10)
+    # the sampled objective has no modules of its own
+    _run(world, tmp_path / "gru", max_updates=10)
+    assert torch.load(tmp_path / "gru" / "checkpoint.pt", weights_only=True)["objective_parameters"] == 0

@@ -103,11 +103,15 @@ def test_hem_experiments_read_the_steps_outputs_and_others_are_unchanged():
     assert hem["settings"]["specific_per_language"] == 0                  # the experiment's override
     assert hem["settings"]["latent_size"] == config["hem"]["latent_size"]
     assert hem["vectors"]["cs"] == "results/smalr/smalr_la/seed1/fasttext.cs.vec"
-    assert specs.fasttext_inputs(config, "smalr", 1, "fr") == ["results/captions/m30k_task1/train.parquet"]
+    # 002's rows read the augmented French set (002 §4); the dagger rows the translation portion
+    assert specs.fasttext_inputs(config, "smalr", 1, "fr") == ["results/smalr/augment/m30k_aug.fr/train.parquet"]
+    assert specs.fasttext_inputs(config, "smalr_task1", 1, "fr") == ["results/captions/m30k_task1/train.parquet"]
     assert ex.job_settings(config, "smalr")["text_encoder"] == "hem"
     assert ex.job_settings(config, "smalr")["objective"] == "smalr"
     assert ex.job_settings(config, "smalr_hem")["smalr_mclm_weight"] == 0.0
-    assert [name for name, lang in specs.hem_runs(config) if lang == "en"] == ["smalr_la", "smalr_hem", "smalr"]
+    assert ex.job_settings(config, "smalr_hem_task1")["smalr_mclm_weight"] == 0.0
+    assert [name for name, lang in specs.hem_runs(config) if lang == "en"] == [
+        "smalr_la", "smalr_hem", "smalr", "smalr_hem_task1", "smalr_task1"]
 
 
 def test_a_bad_hem_override_names_its_key():
@@ -126,16 +130,17 @@ def test_table_2_rows_are_the_papers_numbers():
     assert published == {label: {lang: [value] for lang, value in numbers.items()}
                          for label, numbers in paper.TABLE_2_MULTI30K.items()}
     dagger = [row for row in table["rows"] if row.get("beyond_paper")]
-    assert [row["experiment"] for row in dagger] == ["t_multi"]
+    assert [row["experiment"] for row in dagger] == ["smalr_hem_task1", "smalr_task1", "t_multi"]
 
 
 def test_demo_dag_of_table_2(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--cores", "2", "results/table_smalr2.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    # 3 hem experiments x 2 seeds (config: table_smalr2's seeds) x 4 languages; one HEM each
-    assert counts["fasttext"] == 3 * 2 * 4 and counts["pretrain_hem"] == 3 * 2
-    assert model_counts(result.stdout) == {"train": 4 * 2, "evaluate": 4 * 2}
+    # 5 hem experiments (LA, HEM, SMALR and the two dagger rows) x 2 seeds (config:
+    # table_smalr2's seeds) x 4 languages; one HEM each
+    assert counts["fasttext"] == 5 * 2 * 4 and counts["pretrain_hem"] == 5 * 2
+    assert model_counts(result.stdout) == {"train": 6 * 2, "evaluate": 6 * 2}
 
 
 def test_real_configuration_dag_lists_the_fasttext_and_hem_jobs(tmp_path):
@@ -143,8 +148,10 @@ def test_real_configuration_dag_lists_the_fasttext_and_hem_jobs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     seeds = 3                                                  # paper.yaml: table_smalr2 seeds 1-3
-    assert counts["fasttext"] == 3 * seeds * 4 and counts["pretrain_hem"] == 3 * seeds
+    assert counts["fasttext"] == 5 * seeds * 4 and counts["pretrain_hem"] == 5 * seeds
     assert '"latent_size":40000' in result.stdout and '"dim":300' in result.stdout
+    # 002's sizes (§3.1, §4): a 512-d universal embedding and joint space for its rows only
+    assert '"embedding_dim":512' in result.stdout and '"joint_dim":512' in result.stdout
 
 
 def test_pretrain_hem_whitens_unless_told_not_to(tmp_path, monkeypatch):

@@ -75,11 +75,17 @@ def test_parameter_counts_by_hand():
     28 + 21 + 108 = 157; the 7-id assignment is a buffer, not a parameter."""
     torch.manual_seed(0)
     gru = RankingModel(5, embedding_dim=3, joint_dim=4, image_dim=6)
-    assert parameter_counts(gru) == {"trainable": 151, "total": 151, "text_embedding": 15}
-    assert parameter_counts(_hem_model()) == {"trainable": 157, "total": 157, "text_embedding": 21}
+    assert parameter_counts(gru) == {"trainable": 151, "total": 151, "text_embedding": 15,
+                                     "training": 151}
+    assert parameter_counts(_hem_model()) == {"trainable": 157, "total": 157, "text_embedding": 21,
+                                              "training": 157}
     frozen = _hem_model()
     frozen.embedding.weight.requires_grad_(False)
-    assert parameter_counts(frozen) == {"trainable": 145, "total": 157, "text_embedding": 9}
+    assert parameter_counts(frozen) == {"trainable": 145, "total": 157, "text_embedding": 9,
+                                        "training": 145}
+    # an objective's training-only modules (SMALR's heads) count as trained, not as kept
+    assert parameter_counts(gru, objective_parameters=40) == {"trainable": 151, "total": 151,
+                                                              "text_embedding": 15, "training": 191}
 
 
 def test_gru_initialisation_is_unchanged_by_the_registry():
@@ -176,7 +182,7 @@ def test_a_hem_run_trains_saves_and_evaluates(tmp_path):
     gru = 3 * (24 * 12 + 24 * 24 + 24 + 24)
     image = 24 * 24 + 24
     assert metrics["parameters"] == {"trainable": rows + gru + image, "total": rows + gru + image,
-                                     "text_embedding": rows}
+                                     "text_embedding": rows, "training": rows + gru + image}
     # the metrics are those of the model's own encodings: every caption encoded alone through
     # its language's view, the images' features through the image encoder, ranked exactly
     from pseudopairs.evaluation import retrieval_metrics

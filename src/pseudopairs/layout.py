@@ -233,6 +233,27 @@ def clc_translations_sidecar(direction: str, split: str) -> str:
     return f"{RESULTS}/clc/translations/{direction}/{split}.json"
 
 
+def augmented_captions(dataset: str) -> str:
+    """An augmented data set (paper 002 §4: a language's human captions plus machine
+    translations of other languages' captions, every image with at least a given number)."""
+    return f"{RESULTS}/smalr/augment/{dataset}/train.parquet"
+
+
+def augmented_captions_sidecar(dataset: str) -> str:
+    """The JSON sidecar of :func:`augmented_captions` (captions per source, per image)."""
+    return f"{RESULTS}/smalr/augment/{dataset}/train.json"
+
+
+def augment_translation(dataset: str, source: str) -> str:
+    """Data set ``source``'s training captions translated into ``dataset``'s language (a caption
+    table aligned with its source rows), one part of the augmented data set ``dataset``."""
+    return f"{RESULTS}/smalr/augment/{dataset}/mt/{source}.parquet"
+
+
+def augment_translation_sidecar(dataset: str, source: str) -> str:
+    return f"{RESULTS}/smalr/augment/{dataset}/mt/{source}.json"
+
+
 def clc_metrics(experiment: str, seed: int | str) -> str:
     """Retrieval with Cross-Lingual Consistency (CLC-A, CLC-C) of one model, beside metrics.json."""
     return f"{model_dir(experiment, seed)}/metrics.clc.json"

@@ -4,8 +4,12 @@
 # translation corpus' own captions) and converted for CTranslate2; the translation corpus' val and
 # test captions are translated resumably (cached per direction and split); evaluate_clc scores
 # every version and aggregates (CLC-A, CLC-C trained on val) into metrics.clc.json.
+# Paper 002's augmented training set (§4; data sets with `augment`) uses the same models:
+# translate_augment translates a source data set's training captions into an augmented data
+# set's language, augment_captions joins them with its human captions.
+from pseudopairs.smalr import augment_contract
 
-if clc_contract.clc_rows(config):
+if clc_contract.directions(config):
 
     rule clc_parallel_text:
         input:
@@ -139,3 +143,73 @@ if clc_contract.clc_rows(config):
             "python -m pseudopairs evaluate-clc --checkpoint {params.checkpoint:q} --vocab {params.vocab:q} "
             "--spec {params.spec:q} --experiment {wildcards.experiment:q} --seed {wildcards.seed:q} "
             "--device {params.device:q} --threads {threads} --output {output:q} > {log:q} 2>&1"
+
+    rule translate_augment:
+        input:
+            model=from_wildcards(
+                clc_contract.augment_translate_spec, "dataset", "source", key="model"
+            ),
+            captions=from_wildcards(
+                clc_contract.augment_translate_spec, "dataset", "source", key="captions"
+            ),
+            truecase=lambda w: truecaser_of(data_contract.dataset(config, w.dataset)["lang"]),
+        output:
+            captions=layout.augment_translation("{dataset}", "{source}"),
+            sidecar=layout.augment_translation_sidecar("{dataset}", "{source}"),
+        log:
+            layout.log("translate_augment", "{dataset}.{source}"),
+        benchmark:
+            layout.benchmark("translate_augment", "{dataset}.{source}")
+        wildcard_constraints:
+            dataset=one_of(augment_contract.augmented_datasets(config)),
+            source=one_of(sorted({s for _, s in augment_contract.translations(config)})),
+        conda:
+            "../../envs/translation.yaml"
+        threads: config["translation"]["translate"].get("threads", 1)
+        resources:
+            **job_resources(
+                "translate", gpu=config["translation"]["translate"].get("device") != "cpu"
+            ),
+        params:
+            settings=as_json(translation_contract.translate_settings(config)),
+            source_lang=from_wildcards(
+                clc_contract.augment_translate_spec, "dataset", "source", key="source_lang"
+            ),
+            target_lang=from_wildcards(
+                clc_contract.augment_translate_spec, "dataset", "source", key="target_lang"
+            ),
+            dataset=from_wildcards(
+                clc_contract.augment_translate_spec, "dataset", "source", key="dataset"
+            ),
+            case=config["text"]["case"],
+            truecase=lambda w, input: truecaser_args(
+                data_contract.dataset(config, w.dataset)["lang"]
+            ),
+        shell:
+            "python -m pseudopairs translate-captions --model {input.model:q} "
+            "--captions {input.captions:q} --source-lang {params.source_lang:q} "
+            "--target-lang {params.target_lang:q} --dataset {params.dataset:q} --output {output.captions:q} "
+            "--sidecar {output.sidecar:q} --settings {params.settings:q} --case {params.case:q} "
+            "{params.truecase:q} --threads {threads} > {log:q} 2>&1"
+
+    rule augment_captions:
+        input:
+            from_wildcards(augment_contract.augment_inputs, "dataset"),
+        output:
+            captions=layout.augmented_captions("{dataset}"),
+            sidecar=layout.augmented_captions_sidecar("{dataset}"),
+        log:
+            layout.log("augment_captions", "{dataset}"),
+        benchmark:
+            layout.benchmark("augment_captions", "{dataset}")
+        wildcard_constraints:
+            dataset=one_of(augment_contract.augmented_datasets(config)),
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("augment_captions"),
+        params:
+            spec=from_wildcards(augment_contract.augment_spec, "dataset", to_json=True),
+        shell:
+            "python -m pseudopairs augment-captions --spec {params.spec:q} "
+            "--output {output.captions:q} --sidecar {output.sidecar:q} > {log:q} 2>&1"

@@ -35,13 +35,16 @@ def dataset(config: dict, name: str) -> dict[str, Any]:
 def dataset_kind(config: dict, name: str) -> str:
     """``corpus`` (captions of a corpus), ``selection`` (a corpus' captions restricted to a subset
     of images or captions per image, :mod:`pseudopairs.data.select`), ``pseudopairs`` (mined
-    captions for the queries' images) or ``translation`` (machine-translated captions of another
-    data set)."""
+    captions for the queries' images), ``translation`` (machine-translated captions of another
+    data set) or ``augmented`` (paper 002's augmented training set: human captions plus machine
+    translations of other data sets, :mod:`pseudopairs.smalr.augment_contract`)."""
     ds = dataset(config, name)
     if "pseudopairs" in ds:
         return "pseudopairs"
     if "translation" in ds:
         return "translation"
+    if "augment" in ds:
+        return "augmented"
     if "select" in ds:
         return "selection"
     return "corpus"
@@ -118,6 +121,8 @@ def dataset_files(config: dict, name: str, split: str = "train", *,
         captions = layout.translated_captions(name)
     elif kind == "selection":
         captions = layout.selected_captions(name)
+    elif kind == "augmented":
+        captions = layout.augmented_captions(name)
     else:
         captions = layout.captions(ds["corpus"], split)
     return {
@@ -159,9 +164,9 @@ def check(config: dict) -> list[str]:
     messages = []
     for name, ds in datasets.items():
         where = f"config key 'datasets.{name}"
-        if sum(key in ds for key in ("pseudopairs", "translation", "select")) > 1:
-            messages.append(f"{where}': a data set is one of pseudopairs, a translation or a "
-                            "selection, not several")
+        if sum(key in ds for key in ("pseudopairs", "translation", "select", "augment")) > 1:
+            messages.append(f"{where}': a data set is one of pseudopairs, a translation, a "
+                            "selection or an augmentation, not several")
         if "select" in ds:
             from pseudopairs.data.select import check_select   # pandas: only when a set selects
 

@@ -111,8 +111,9 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: EvaluationDat
         "sum_sum": sum(retrieval[lang]["rsum"] for lang in data.langs),
         # how training ended (updates run, stop_reason: early stopping or the max_updates guard)
         "checkpoint": {k: meta[k] for k in ("update", "val_score", "updates", "stop_reason") if k in meta},
-        # the model's size (trainable, total, text embedding): paper 002's Figure 3 axis
-        "parameters": parameter_counts(model),
+        # the model's size (trainable = kept at test time, total, text embedding, and training =
+        # trainable + the objective's training-only modules): paper 002's Figure 3 axis
+        "parameters": parameter_counts(model, objective_parameters=meta.get("objective_parameters", 0)),
     }
     if data.portion_langs:
         result["portion_retrieval"] = portion_retrieval

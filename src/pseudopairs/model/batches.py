@@ -14,6 +14,9 @@
   are random, so every item is equally likely over passes). A set smaller than the batch size is
   one batch of all its items, reshuffled at each draw.
 - :class:`PooledC2CData` joins several c2c data sets into one (``training.c2c_pool``, paper 004).
+- :class:`PooledC2IData` joins the c2i data sets of one language into one, and
+  :func:`c2i_draws` gives the c2i data a run draws from: its data sets (``training.c2i_sampling:
+  dataset``) or one per language (``language``, paper 004 §3).
 - :class:`TaskSampler` draws each update's task: c2c with probability ``p`` when the experiment has
   c2c data sets, else c2i; then one data set of that task uniformly.
 
@@ -296,6 +299,70 @@ class PooledC2CData:
             sides.append((tokens, lengths))
         (tokens_a, lengths_a), (tokens_b, lengths_b) = sides
         return C2CBatch(tokens_a, lengths_a, tokens_b, lengths_b)
+
+
+class PooledC2IData:
+    """All image–caption pairs of several c2i data sets (of one language) as ONE data set: item k
+    is pair k of the concatenated data sets, so a batch mixes them in proportion to their sizes.
+    Paper 004 §3: "In the c2i case, a language is sampled at random followed by sampling a random
+    batch" of it (``training.c2i_sampling: language``). ``name`` is the members' names joined by
+    ``+``."""
+
+    task = "c2i"
+
+    def __init__(self, parts: Sequence[C2IData]) -> None:
+        if len(parts) < 2:
+            raise ValueError("PooledC2IData: a pool needs at least two c2i data sets")
+        dims = {p.image_dim for p in parts}
+        if len(dims) != 1:
+            raise ValueError(f"PooledC2IData: {[p.name for p in parts]} have image features of "
+                             f"different sizes {sorted(dims)}")
+        self.parts = list(parts)
+        self.name = "+".join(p.name for p in self.parts)
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def image_dim(self) -> int:
+        return self.parts[0].image_dim
+
+    def part_of(self, indices: np.ndarray) -> np.ndarray:
+        """The member each item belongs to (its position in ``parts``)."""
+        return np.searchsorted(self.starts, np.asarray(indices, dtype=np.int64), side="right") - 1
+
+    def batch(self, indices: np.ndarray) -> C2IBatch:
+        indices = np.asarray(indices, dtype=np.int64)
+        part = self.part_of(indices)
+        pieces = [(np.flatnonzero(part == k), self.parts[int(k)].batch(
+                   indices[part == k] - self.starts[k])) for k in np.unique(part)]
+        width = max(b.tokens.shape[1] for _, b in pieces)
+        features = torch.empty((len(indices), self.image_dim), dtype=torch.float32)
+        tokens = torch.full((len(indices), width), PAD_ID, dtype=torch.int64)
+        lengths = torch.ones(len(indices), dtype=torch.int64)
+        for rows, b in pieces:
+            at = torch.from_numpy(rows)
+            features[at] = b.features
+            tokens[at, :b.tokens.shape[1]] = b.tokens
+            lengths[at] = b.lengths
+        return C2IBatch(features, tokens, lengths)
+
+
+def c2i_draws(c2i: Sequence[C2IData], *, sampling: str = "dataset") -> list[C2IData | PooledC2IData]:
+    """The c2i data an update draws from, uniformly: every data set (``dataset``: paper 000's
+    code, one data set uniformly) or, with ``language``, one per language in first-seen order —
+    a language with several data sets as their :class:`PooledC2IData` (paper 004 §3: each
+    language 1/L of the c2i updates, its data sets in proportion to their sizes). With one data
+    set per language both give the same list."""
+    if sampling == "dataset":
+        return list(c2i)
+    if sampling != "language":
+        raise ValueError(f"c2i sampling must be 'dataset' or 'language', got {sampling!r}")
+    groups: dict[str, list[C2IData]] = {}
+    for dataset in c2i:
+        groups.setdefault(dataset.captions.lang, []).append(dataset)
+    return [members[0] if len(members) == 1 else PooledC2IData(members) for members in groups.values()]
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ start; every c2i loss is kept; at each *validation* the mean of the c2i losses k
 previous validation is compared with the threshold — below it, c2c is on from the next update
 and stays on; otherwise the kept losses are dropped and the next period is judged on its own.
 With the sum of hinges there is no warm-up (their ``start_up`` is set only for max-violation):
-c2c is drawn from the first update. Their threshold is the constant 49 at batch 128, margin 0.2;
-here it is ``c2c_warmup`` × :func:`~pseudopairs.model.losses.plateau_loss` (49 ≈ 0.96 × 51.2),
-so it scales with the batch size and the margin.
+c2c is drawn from the first update. Their threshold is the constant 49.0 at batch 128, margin 0.2;
+here it is ``c2c_warmup`` × :func:`~pseudopairs.model.losses.plateau_loss`: 49.0 exactly with
+``c2c_warmup: 0.95703125`` (= 245/256 = 49 / 51.2, exact in binary; config/paper.yaml), and it
+scales with the batch size and the margin (0.95703125 × 2·B·margin: 24.5 at batch 64).
 
 Validation every ``validate_every`` updates, or (``validate_every_epochs``) every that many
 epochs: paper 004 validates its monolingual models once per epoch (its code loops over epochs

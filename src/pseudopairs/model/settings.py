@@ -16,6 +16,8 @@ from pseudopairs.similarity.functions import SIMILARITIES
 IMAGE_NORMALIZATIONS = ("raw", "l2", "standardize")
 # How the models of one training job share the device (training.stack_compute).
 STACK_COMPUTE = ("auto", "batched", "separate")
+# How the sampled objective picks a c2i update's data (training.c2i_sampling; model/batches.py).
+C2I_SAMPLING = ("dataset", "language")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,13 @@ class TrainingSettings(Settings):
                              doc="all c2c pairs of the experiment one data set, a batch mixing "
                                  "language pairs (paper 004) instead of a c2c data set drawn "
                                  "uniformly, then a batch of it (paper 000)")
+    c2i_sampling: str = setting("dataset", kind=str, choices=C2I_SAMPLING,
+                                doc="sampled: how a c2i update picks its data: dataset (one c2i "
+                                    "data set uniformly, paper 000's code) | language (a language "
+                                    "uniformly, then a batch of all its c2i data sets' pairs as one "
+                                    "data set: paper 004 §3, 'a language is sampled at random "
+                                    "followed by sampling a random batch'). The same with one data "
+                                    "set per language")
     objective: str = setting("sampled", kind=str,
                              doc="a registered training objective: sampled (one task per update; papers "
                                  "000, 004) | joint (the loss summed over every pair of sources of a "
@@ -95,7 +104,16 @@ class TrainingSettings(Settings):
                                                "(002 Eq. 4's second weight, 1e-6)")
     smalr_mclm_weight: float = setting(5e-2, kind=float, low=0,
                                        doc="smalr: weight of masked cross-language modelling (002 "
-                                           "Eq. 4's third weight, 5e-2; 0: HEM without MCLM)")
+                                           "Eq. 4's third weight, 5e-2); 0: no MCLM module (its "
+                                           "heads are not built; 002's HEM and LA rows)")
+    smalr_masked_positives: bool | None = setting(None, kind=bool, optional=True,
+                                                  doc="smalr: Eq. 3 also on the masked captions (one "
+                                                      "more positive of their image). null: exactly "
+                                                      "when MCLM is on (smalr_mclm_weight > 0; 002 "
+                                                      "§3.3, Fig. 2: the masked sentences are "
+                                                      "MCLM's, HEM 'does not include MCLM'); true: "
+                                                      "always (masking as an augmentation of its "
+                                                      "own, the earlier reading); false: never")
     smalr_mclm_detach: bool = setting(True, kind=bool,
                                       doc="smalr: no gradient through MCLM's targets (the unmasked "
                                           "representations; 002 does not say). With a gradient, "

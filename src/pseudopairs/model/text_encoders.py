@@ -175,10 +175,16 @@ def read_hem_init(path, vocab) -> dict:
     return {"weight": weight.float(), "row_of_id": vocab.rows()}
 
 
-def parameter_counts(model) -> dict:
-    """Parameters of a model (``metrics.json``'s ``parameters``): ``trainable`` and ``total``
-    (buffers such as HEM's frozen assignment are not parameters), and the text embedding's
-    trainable share (``text_embedding``: 002's Figure 3 compares these)."""
-    return {"trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+def parameter_counts(model, *, objective_parameters: int = 0) -> dict:
+    """Parameters of a model (``metrics.json``'s ``parameters``): ``trainable`` — the model's
+    parameters with a gradient, all of them kept at test time — and ``total`` (buffers such as
+    HEM's frozen assignment are not parameters); the text embedding's trainable share
+    (``text_embedding``); ``training`` — the parameters trained: ``trainable`` plus the training
+    objective's own modules that are dropped after training (``objective_parameters``, the
+    checkpoint's record: SMALR's MCLM heads and language classifier). Paper 002 §5 tells the two
+    apart ("SMALR uses more parameters during training … far fewer test-time parameters")."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"trainable": trainable,
             "total": sum(p.numel() for p in model.parameters()),
-            "text_embedding": sum(p.numel() for p in model.embedding.parameters() if p.requires_grad)}
+            "text_embedding": sum(p.numel() for p in model.embedding.parameters() if p.requires_grad),
+            "training": trainable + int(objective_parameters)}

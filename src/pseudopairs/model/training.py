@@ -18,8 +18,8 @@ authors' code switches the c2c task on only once the c2i loss has left the colla
 the loss of a model whose embeddings are all equal, where every hinge is the margin:
 ``2·B·margin`` per batch for max-violation (B = batch size). With ``c2c_warmup: f`` and the
 max-violation loss, c2c is off until a validation at which the mean of the c2i losses since the
-previous validation is below ``f`` × that plateau (the authors' threshold 49 at batch 128, margin
-0.2 is f ≈ 0.96); from the next update on it is drawn, and stays on. With the sum of hinges
+previous validation is below ``f`` × that plateau (the authors' threshold 49.0 at batch 128, margin
+0.2 is f = 0.95703125); from the next update on it is drawn, and stays on. With the sum of hinges
 (``max_violation: false``) there is no warm-up, as in the authors' code. (Under ``joint`` the
 image–caption part of each update, scaled to one full batch, is watched, and the caption–caption
 pairs join the sum after that validation.) ``c2c_from`` in the checkpoint and the summary: the
@@ -64,7 +64,7 @@ from tqdm import tqdm
 from pseudopairs import commands
 from pseudopairs.io import write_json_atomic, write_text_atomic
 from pseudopairs.model.batches import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, PooledC2CData,
-                                       TaskSampler, stream_rng)
+                                       TaskSampler, c2i_draws, stream_rng)
 from pseudopairs.model.checkpoints import (CHECKPOINT_FORMAT, STATE_FORMAT, cpu_state, load_model,
                                            rng_states, save_atomic, seed_everything, set_rng_states)
 from pseudopairs.model.encode import validate
@@ -119,7 +119,9 @@ class Trainer:
         self.streams: dict[tuple[str, str], BatchStream] = {}
         # training.c2c_pool (paper 004): the sampled objective draws c2c batches from one pool
         drawn_c2c = [PooledC2CData(c2c)] if settings.get("c2c_pool") and len(c2c) > 1 else list(c2c)
-        for dataset in [*c2i, *drawn_c2c]:
+        # training.c2i_sampling (paper 004): a language uniformly, its c2i data sets one pool
+        drawn_c2i = c2i_draws(c2i, sampling=settings.get("c2i_sampling", "dataset"))
+        for dataset in [*drawn_c2i, *drawn_c2c]:
             key = (dataset.task, dataset.name)
             if len(dataset) < 2:
                 raise ValueError(f"data set {dataset.name}: {len(dataset)} item(s); a contrastive "
@@ -127,7 +129,7 @@ class Trainer:
             self.data[key] = dataset
             self.streams[key] = BatchStream(len(dataset), settings["batch_size"],
                                             rng=_stream_seed(seed, f"{dataset.task}:{dataset.name}"))
-        self.sampler = TaskSampler(c2i=[d.name for d in c2i], c2c=[d.name for d in drawn_c2c],
+        self.sampler = TaskSampler(c2i=[d.name for d in drawn_c2i], c2c=[d.name for d in drawn_c2c],
                                    c2c_probability=settings["c2c_probability"],
                                    rng=_stream_seed(seed, "task-sampler"))
         self.warmup = C2CWarmup.for_run(
@@ -151,6 +153,12 @@ class Trainer:
     def update(self) -> tuple[str, str, torch.Tensor]:
         """One training update of the run's objective: (task, data set, detached loss)."""
         return self.objective(self)
+
+    def objective_parameters(self) -> int:
+        """Parameters the objective trains besides the model's and drops after training (the
+        smalr objective's MCLM heads and language classifier; 0 for the others)."""
+        count = getattr(self.objective_state, "training_only_parameters", None)
+        return int(count()) if count is not None else 0
 
     def next_batch(self) -> tuple[str, str, C2IBatch | C2CBatch]:
         """The sampled objective's next (task, data set, batch), on the CPU: one draw of the
@@ -422,7 +430,7 @@ class _Run:
             "spec": self.spec, "settings": self.settings, "seed": self.seed,
             "best_score": p.best_score, "val_score": p.best_score, "update": p.best_update,
             "val_metrics": p.best_metrics, "stop_reason": p.stop_reason, "updates": p.update,
-            "c2c_from": p.c2c_from})
+            "c2c_from": p.c2c_from, "objective_parameters": self.trainer.objective_parameters()})
         write_json_atomic(self.vocab_path, self.vocab.to_json())
         _write_log(self.log_path, p.rows)
         if not keep_state:

@@ -123,7 +123,8 @@ def parameters_figures(config: dict) -> dict[str, str]:
 
 
 def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
-    """What the ``parameters-figure`` step reads (paper 002's Figure 3): the table's languages,
+    """What the ``parameters-figure`` step reads (paper 002's Figure 3): which parameter count
+    it plots (``count``: training or test_time), the table's languages,
     columns, test set and rows (those with one experiment), each experiment's ``metrics.json``
     per seed of the table and, for a ``reference``, its HEM vocabularies and the widths of HEM's
     rows (``hem.pca_dim``) and of its projection (``embedding_dim``)."""
@@ -146,6 +147,7 @@ def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
                      "vocab": {str(seed): layout.hem_vocabulary(reference["experiment"], seed)
                                for seed in seeds}}
     out = {"name": name, "table": table, "title": figure.get("title", spec["title"]),
+           "count": figure.get("count", "training"),
            "langs": list(spec["langs"]), "columns": spec.get("columns"), "rows": rows,
            "metrics": {n: {str(seed): layout.metrics(n, seed) for seed in seeds} for n in names}}
     if reference:

@@ -1,20 +1,31 @@
-"""Paper 002's Figure 3: mean recall (mR) against trainable parameters, one point per row of a
-retrieval table that declares ``parameters_figure`` (``table_smalr2``: LA, HEM, SMALR and the †
-GRU), from each model's ``metrics.json``.
+"""Paper 002's Figure 3: mean recall (mR) against parameters, one point per row of a retrieval
+table that declares ``parameters_figure`` (``table_smalr2``: LA, HEM, SMALR and the † GRU), from
+each model's ``metrics.json``.
 
-A point's parameters are ``metrics.json``'s ``parameters.trainable`` (the mean over the seeds:
-equal across seeds unless the vocabulary differs); its mR is, per seed, the mean over the table's
-languages of that language's mR (the mean of R@1, R@5 and R@10 in both directions, 002's mR), then
-the mean and sample standard deviation over seeds. ``paper_mean_recall`` is the mean of the row's
-published mR over the same languages (empty when 002 gives none): 002's models are larger, so its
-parameter axis is not ours and only its mR is listed.
+Two counts per point (means over the seeds: equal across seeds unless the vocabulary differs):
+``training_mean`` — ``parameters.training``, every parameter trained, the model's plus the
+objective's training-only modules (SMALR's MCLM heads and language classifier) — and
+``trainable_mean`` — ``parameters.trainable``, the model kept at test time (those modules are
+dropped). The figure plots one of them (``parameters_figure.count``): ``training`` (default) or
+``test_time``. 002 plots training: its Figure 3 compares models by "trainable parameters"
+(SMALR "less than 20M parameters, 1/5th the parameter count of … MULE") and then says "SMALR uses
+more parameters during training than S-LIWE, [but] far fewer test-time parameters" (7.1M), which
+is a statement about a different count than the figure's. (002's 7.1M also leaves out the word
+representations, precomputed from training; here that is ``trainable_mean −
+text_embedding_mean``.)
+
+A point's mR is, per seed, the mean over the table's languages of that language's mR (the mean of
+R@1, R@5 and R@10 in both directions, 002's mR), then the mean and sample standard deviation over
+seeds. ``paper_mean_recall`` is the mean of the row's published mR over the same languages (empty
+when 002 gives none): 002's models are larger, so its parameter axis is not ours and only its mR
+is listed.
 
 ``reference`` adds the parameter count of per-language embeddings (every word of every language
 its own row: MULE's embedding, :func:`pseudopairs.smalr.hem.per_language_parameter_count`) for a
-HEM experiment: its trainable parameters with its hybrid embedding replaced by one row per word of
-its HEM vocabulary, rows as wide as HEM's (``hem.pca_dim``) and the same projection. It has no mR
-(no such model is trained) and is drawn as a vertical line. The hybrid embedding's count is
-recomputed from the vocabulary first and must equal ``parameters.text_embedding``.
+HEM experiment: both its counts with its hybrid embedding replaced by one row per word of its HEM
+vocabulary, rows as wide as HEM's (``hem.pca_dim``) and the same projection. It has no mR (no such
+model is trained) and is drawn as a vertical line. The hybrid embedding's count is recomputed from
+the vocabulary first and must equal ``parameters.text_embedding``.
 """
 
 from __future__ import annotations
@@ -28,8 +39,12 @@ import pandas as pd
 from pseudopairs import commands
 from pseudopairs.io import atomic_path, write_text_atomic
 
-CSV_COLUMNS = ["label", "experiment", "n", "trainable_mean", "text_embedding_mean",
+CSV_COLUMNS = ["label", "experiment", "n", "training_mean", "trainable_mean", "text_embedding_mean",
                "mean_recall_mean", "mean_recall_std", "paper_mean_recall", "beyond_paper", "reference"]
+
+#: ``parameters_figure.count`` -> the CSV column the figure plots and its axis label.
+COUNTS = {"training": ("training_mean", "parameters trained (model + training-only modules)"),
+          "test_time": ("trainable_mean", "parameters kept at test time")}
 
 
 def _read(path) -> dict:
@@ -78,7 +93,7 @@ def _reference(reference: dict, metrics: dict[str, dict]) -> dict:
     from pseudopairs.smalr.hem import hybrid_parameter_count, per_language_parameter_count
 
     name = reference["experiment"]
-    counts = []
+    counts: dict[str, list[float]] = {"training": [], "trainable": []}
     for seed, vocab_path in reference["vocab"].items():
         path = metrics[name][seed]["path"]
         run = metrics[name][seed]["data"]
@@ -95,9 +110,11 @@ def _reference(reference: dict, metrics: dict[str, dict]) -> dict:
                              f"{reference['output_dim']} gives {hybrid}: not the model that vocabulary "
                              "and these settings describe")
         per_language = per_language_parameter_count(words, reference["row_dim"], reference["output_dim"])
-        counts.append(_parameters(run, path, "trainable") - recorded + per_language)
-    mean, _, n = summarise([float(c) for c in counts])
-    return {"label": reference["label"], "experiment": name, "n": n, "trainable_mean": mean,
+        for key in counts:
+            counts[key].append(float(_parameters(run, path, key) - recorded + per_language))
+    training, _, n = summarise(counts["training"])
+    return {"label": reference["label"], "experiment": name, "n": n, "training_mean": training,
+            "trainable_mean": summarise(counts["trainable"])[0],
             "text_embedding_mean": math.nan, "mean_recall_mean": math.nan,
             "mean_recall_std": math.nan, "paper_mean_recall": math.nan, "beyond_paper": True,
             "reference": True}
@@ -118,11 +135,13 @@ def parameters_table(spec: dict) -> pd.DataFrame:
         runs = loaded.get(row["experiment"], {})
         if not runs:
             raise ValueError(f"{spec.get('name')}: row {row['label']!r} has no metrics.json")
+        training = [float(_parameters(r["data"], r["path"], "training")) for r in runs.values()]
         trainable = [float(_parameters(r["data"], r["path"], "trainable")) for r in runs.values()]
         embedding = [float(_parameters(r["data"], r["path"], "text_embedding")) for r in runs.values()]
         recalls = [_seed_mean_recall(r["data"], r["path"], langs, key) for r in runs.values()]
         mean, std, n = summarise(recalls)
         records.append({"label": row["label"], "experiment": row["experiment"], "n": n,
+                        "training_mean": summarise(training)[0],
                         "trainable_mean": summarise(trainable)[0],
                         "text_embedding_mean": summarise(embedding)[0],
                         "mean_recall_mean": mean, "mean_recall_std": std,
@@ -133,9 +152,12 @@ def parameters_table(spec: dict) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=CSV_COLUMNS)
 
 
-def parameters_figure(frame: pd.DataFrame, path, *, title: str = "") -> None:
-    """The points (mean mR ± sd over seeds against trainable parameters, log scale), each
-    labelled; a reference row as a dashed vertical line."""
+def parameters_figure(frame: pd.DataFrame, path, *, title: str = "", count: str = "training") -> None:
+    """The points (mean mR ± sd over seeds against the ``count`` of parameters, :data:`COUNTS`,
+    log scale), each labelled; a reference row as a dashed vertical line."""
+    if count not in COUNTS:
+        raise ValueError(f"parameters figure: count must be one of {list(COUNTS)}, got {count!r}")
+    column, axis = COUNTS[count]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,16 +168,16 @@ def parameters_figure(frame: pd.DataFrame, path, *, title: str = "") -> None:
     colours = plt.cm.tab10(range(len(points)))
     for colour, (_, row) in zip(colours, points.iterrows()):
         std = row["mean_recall_std"]
-        ax.errorbar([row["trainable_mean"]], [row["mean_recall_mean"]],
+        ax.errorbar([row[column]], [row["mean_recall_mean"]],
                     yerr=None if pd.isna(std) else [[std], [std]], fmt="o", color=colour,
                     capsize=3, label=row["label"])
-        ax.annotate(str(row["label"]), (row["trainable_mean"], row["mean_recall_mean"]),
+        ax.annotate(str(row["label"]), (row[column], row["mean_recall_mean"]),
                     textcoords="offset points", xytext=(5, 4), fontsize=7)
     for _, row in frame[frame["reference"].astype(bool)].iterrows():
-        ax.axvline(row["trainable_mean"], color="grey", linestyle="--", linewidth=1,
-                   label=f"{row['label']} ({row['trainable_mean']:,.0f})")
+        ax.axvline(row[column], color="grey", linestyle="--", linewidth=1,
+                   label=f"{row['label']} ({row[column]:,.0f})")
     ax.set_xscale("log")
-    ax.set_xlabel("trainable parameters")
+    ax.set_xlabel(axis)
     ax.set_ylabel("mR (mean recall, %)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
@@ -169,7 +191,8 @@ def parameters_figure(frame: pd.DataFrame, path, *, title: str = "") -> None:
 def _cli_parameters_figure(args: argparse.Namespace) -> None:
     frame = parameters_table(args.spec)
     write_text_atomic(args.csv, frame.to_csv(index=False, float_format="%.6g"))
-    parameters_figure(frame, args.png, title=args.spec.get("title", ""))
+    parameters_figure(frame, args.png, title=args.spec.get("title", ""),
+                      count=args.spec.get("count", "training"))
     print(f"{args.spec.get('name')}: {len(frame)} points -> {args.png}, {args.csv}")
 
 

@@ -5,9 +5,12 @@ inputs, and :func:`check` of the ``clc`` section and the table rows that use it.
 A retrieval table row with ``clc: clc_a`` or ``clc: clc_c`` (:data:`CLC_AGGREGATES`) shows its
 experiment's ``metrics.clc.json`` under that key. The CLC languages are the ``langs`` of every
 table with such a row; every ordered pair of them is a direction (``{source}2{target}``, as the
-``translation`` entries of metrics.json). The direction of ``translation.model`` reuses that model;
-every other is trained by ``train-mt`` (settings ``translation.train``) on :func:`parallel_spec`'s
-text and converted like it (``translation.model.quantization``)."""
+``translation`` entries of metrics.json). Paper 002's augmented data sets
+(:mod:`pseudopairs.smalr.augment_contract`) add the directions their translations need (in both
+shipped configurations they are among the CLC directions already). The direction of
+``translation.model`` reuses that model; every other is trained by ``train-mt`` (settings
+``translation.train``) on :func:`parallel_spec`'s text, in every language of :func:`mt_langs`,
+and converted like it (``translation.model.quantization``)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Any
 from pseudopairs import layout
 from pseudopairs.data.contract import feature_format
 from pseudopairs.experiments import seeds_by_experiment, table_test_corpus
+from pseudopairs.smalr import augment_contract
 from pseudopairs.smalr.settings import CLC_AGGREGATES, CLCSettings
 
 #: The translation corpus' splits CLC translates: CLC-C is trained on ``val``, tested on ``test``.
@@ -37,14 +41,24 @@ def clc_langs(config: dict) -> list[str]:
     return list(dict.fromkeys(lang for t in tables for lang in config["tables"][t].get("langs", [])))
 
 
+def mt_langs(config: dict) -> list[str]:
+    """The languages of the translation models: :func:`clc_langs`, then those of the augmented
+    data sets' directions not among them."""
+    return list(dict.fromkeys(clc_langs(config) + augment_contract.augment_langs(config)))
+
+
 def direction_name(source: str, target: str) -> str:
     return f"{source}2{target}"
 
 
 def directions(config: dict) -> dict[str, tuple[str, str]]:
-    """Direction name -> (source, target) for every ordered pair of :func:`clc_langs`."""
+    """Direction name -> (source, target) for every ordered pair of :func:`clc_langs`, then every
+    direction an augmented data set needs."""
     langs = clc_langs(config)
-    return {direction_name(a, b): (a, b) for a in langs for b in langs if a != b}
+    out = {direction_name(a, b): (a, b) for a in langs for b in langs if a != b}
+    for a, b in augment_contract.augment_directions(config):
+        out.setdefault(direction_name(a, b), (a, b))
+    return out
 
 
 def direction(config: dict, name: str) -> tuple[str, str]:
@@ -80,7 +94,7 @@ def parallel_spec(config: dict) -> dict[str, Any]:
     parallel sentences (``clc.parallel: world``) or the translation corpus' train and val captions
     (``corpus``)."""
     settings = clc_settings(config)
-    spec: dict[str, Any] = {"source": settings.parallel, "langs": clc_langs(config)}
+    spec: dict[str, Any] = {"source": settings.parallel, "langs": mt_langs(config)}
     if settings.parallel == "world":
         spec.update(world=config["world"], sizes={"train": settings.parallel_train,
                                                   "val": settings.parallel_val})
@@ -97,7 +111,7 @@ def parallel_inputs(config: dict) -> list[str]:
 def parallel_outputs(config: dict) -> dict[str, str]:
     """``{split}_{lang}`` -> the file (every CLC language, train and val)."""
     return {f"{split}_{lang}": layout.clc_parallel_text(split, lang)
-            for split in PARALLEL_SPLITS.values() for lang in clc_langs(config)}
+            for split in PARALLEL_SPLITS.values() for lang in mt_langs(config)}
 
 
 def train_inputs(config: dict, name: str) -> dict[str, str]:
@@ -114,6 +128,14 @@ def translate_spec(config: dict, name: str, split: str) -> dict[str, str]:
     corpus = config["evaluation"]["translation_corpus"]
     return {"model": model_dir(config, name), "captions": layout.captions(corpus, split),
             "source_lang": source, "target_lang": target, "dataset": f"{corpus}.{target}-mt"}
+
+
+def augment_translate_spec(config: dict, name: str, source: str) -> dict[str, str]:
+    """The ``translate-captions`` job translating data set ``source``'s training captions for the
+    augmented data set ``name``: the direction's model (:func:`model_dir`) and
+    :func:`pseudopairs.smalr.augment_contract.translation_source`."""
+    spec = augment_contract.translation_source(config, name, source)
+    return {"model": model_dir(config, direction_name(spec["source_lang"], spec["target_lang"])), **spec}
 
 
 def clc_models(config: dict) -> dict[str, list[int]]:
@@ -173,9 +195,11 @@ def check(config: dict) -> list[str]:
             if len(spec.get("langs", [])) < 2:
                 messages.append(f"config key '{key}': CLC needs two languages or more in "
                                 f"'tables.{table}.langs'")
+    messages += augment_contract.check(config)
     if not clc_rows(config):
-        return messages
-    if "translation" not in config:
+        if not augment_contract.augmented_datasets(config) or "translation" not in config:
+            return messages
+    elif "translation" not in config:
         messages.append("config key 'translation': required by the CLC rows (their translation models)")
     try:
         settings = clc_settings(config)
