@@ -79,7 +79,30 @@ def _metrics_of(ranks_function, doc: str):
     return metrics
 
 
-retrieval_metrics = _metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
+def _on_the_device(ranks_metrics):
+    """``ranks_metrics`` (the metrics of :func:`retrieval_ranks`), except on a GPU with the cosine:
+    the ranks are counted and the metrics computed on the device
+    (:mod:`pseudopairs.similarity.device_ranks`), only the metrics come back (the same numbers)."""
+
+    @functools.wraps(ranks_metrics)
+    def metrics(**kwargs: Any) -> dict[str, float]:
+        from pseudopairs.similarity.arrays import engine_device, uses_torch
+        from pseudopairs.similarity.device_ranks import metrics_of_counts
+        from pseudopairs.similarity.ranks import _validate_retrieval_inputs, device_retrieval_counts
+
+        images, captions = kwargs.get("image_embeddings"), kwargs.get("caption_embeddings")
+        device = engine_device(kwargs.get("device"), images, captions)
+        if not uses_torch(device) or kwargs.get("similarity", "cosine") != "cosine":
+            return ranks_metrics(**kwargs)
+        index = _validate_retrieval_inputs(images, captions, kwargs.get("caption_image_index"), finite=False)
+        i2t, rows, t2i = device_retrieval_counts(images, captions, index, device=device,
+                                                 block_size=kwargs.get("block_size"))
+        return metrics_of_counts(i2t, rows, t2i)
+
+    return metrics
+
+
+retrieval_metrics = _on_the_device(_metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
 
     ``image_embeddings`` (n_images × d) and ``caption_embeddings`` (n_captions × d): numpy arrays
     or torch tensors, rows L2-normalised (similarity = dot product). ``caption_image_index[k]`` =
@@ -87,8 +110,9 @@ retrieval_metrics = _metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, me
     captions — images with none are T→I candidates only, not I→T queries. ``similarity``: the
     registered function to rank with (``order``: the model's non-negative rows, image = ``v``).
     Keyword arguments only (those of :func:`pseudopairs.similarity.ranks.retrieval_ranks`:
-    ``device``, ``block_size``, ``progress``, ``similarity``).
-    """)
+    ``device``, ``block_size``, ``progress``, ``similarity``). On a GPU (cosine) the ranks are
+    counted and the metrics computed on the device; only the metrics come back.
+    """))
 
 retrieval_metrics_reference = _metrics_of(
     retrieval_ranks_reference,
