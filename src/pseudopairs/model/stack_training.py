@@ -71,6 +71,8 @@ class _StackLoop:
         self.options = {"margin": settings["margin"], "max_violation": settings["max_violation"],
                         "grad_clip": settings["grad_clip"], "similarity": settings["similarity"]}
         self.stack = StackedRankingModel([r.model for r in self.runs])
+        self.stack.precision = settings["stack_precision"]
+        self.stack.compile = settings["stack_compile"]
         self.optimizer = StackedAdam(self.stack.parameters_in_order(), lr=settings["learning_rate"])
         for s, run in enumerate(self.runs):  # resumed runs bring their Adam state
             self.optimizer.load_torch_state(s, run.trainer.optimizer.state_dict())
@@ -78,7 +80,8 @@ class _StackLoop:
         # on a GPU, each update replayed as a CUDA graph (training.cuda_graphs; stack_graph)
         self.graphed = None
         if settings["cuda_graphs"] and self.stack.device.type == "cuda" and settings["similarity"] == "cosine":
-            self.graphed = StaticStackUpdate(self.stack, self.optimizer, **self.options)
+            self.graphed = StaticStackUpdate(self.stack, self.optimizer, pinned=settings["pinned_memory"],
+                                             **self.options)
 
     def _state_of(self, run: _Run):
         groups = run.trainer.optimizer.state_dict()["param_groups"]
