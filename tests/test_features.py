@@ -583,3 +583,13 @@ def test_a_broken_jpeg_is_reported_like_the_cpu_paths(tmp_path):
     assert [s.image_id for s in kept.skipped] == [frame.loc[2, "image_id"]]
     with pytest.raises(Exception, match=r"features.decode: must be one of \['cpu', 'device'\]"):
         settings(decode="gpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="nvJPEG decoding needs a GPU")
+def test_cuda_decoding_gives_the_worker_decodings_features(tmp_path):
+    frame = make_jpegs(tmp_path / "img", 9)
+    workers = F.extract_features(frame, settings=settings(device="cuda"), progress=False)
+    nvjpeg = F.extract_features(frame, settings=settings(device="cuda", decode="device"), progress=False)
+    a, b = workers.features.astype(np.float64), nvjpeg.features.astype(np.float64)
+    cosine = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert nvjpeg.image_ids == workers.image_ids and cosine.min() > 0.999, cosine

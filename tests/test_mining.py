@@ -546,3 +546,13 @@ def test_every_criterion_on_device_rows_gives_the_host_rows_bits(criterion):
     # float64 rows keep the host path
     q, _ = _inputs(queries.astype(np.float64), database, 1, torch.device("cpu"))
     assert not isinstance(q, DeviceUnitRows)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_mining_gives_the_host_engines_bits():
+    """On a GPU: rows, rescoring and the float64 sums on the device give the CPU engine's bits."""
+    for seed in range(2):
+        queries, database = near_tie_data(seed, n=300, m=200, dim=1024)
+        for criterion, params in (("cosine", {}), ("mutual", {}), ("csls", {"k": 3}), ("margin", {"k": 2})):
+            assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, device="cuda", **params),
+                        mn.nearest_neighbours(queries, database, criterion=criterion, **params))

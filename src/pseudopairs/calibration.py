@@ -134,12 +134,14 @@ class Calibration:
         calibrated job kind."""
         return rule in KINDS
 
-    def train_rate(self, models: int, *, tf32: bool = False) -> float:
-        """Model-updates/s summed over a stack of ``models`` (the TF32 table with ``tf32`` where
-        there is one): the measured size, else linear between the measured sizes around it;
-        beyond the largest measured stack, that stack's rate (no gain assumed)."""
+    def train_rate(self, models: int, *, tf32: bool = False, bf16: bool = False) -> float:
+        """Model-updates/s summed over a stack of ``models`` (the ``bf16`` table with ``bf16``
+        products, else the TF32 one with ``tf32``, where the file has them; else float32's): the
+        measured size, else linear between the measured sizes around it; below the smallest,
+        proportional; beyond the largest measured stack, that stack's rate (no gain assumed)."""
         tables = self.rates["train_updates_per_s"]
-        table = {int(k): float(v) for k, v in tables["tf32" if tf32 and "tf32" in tables else "float32"].items()}
+        name = "bf16" if bf16 and "bf16" in tables else "tf32" if tf32 and "tf32" in tables else "float32"
+        table = {int(k): float(v) for k, v in tables[name].items()}
         sizes = sorted(table)
         if models in table:
             return table[models]
@@ -175,7 +177,8 @@ class Calibration:
             training = config.get("training", {}) if isinstance(config, Mapping) else {}
             updates = float(work["train_updates"])
             validations = updates / float(training.get("validate_every", 500))
-            rate = self.train_rate(models, tf32=bool(training.get("tf32", False)))
+            rate = self.train_rate(models, tf32=bool(training.get("tf32", False)),
+                                   bf16=training.get("stack_precision", "float32") == "bf16" and models > 1)
             return startup + models * updates / rate + models * validations * float(rates["validation_s"])
         if kind == "evaluate":
             return startup + models * float(rates["evaluate_model_s"])
