@@ -79,7 +79,7 @@ def main() -> None:
 
     from pseudopairs.evaluation import retrieval_metrics, retrieval_ranks, retrieval_ranks_reference
     from pseudopairs.similarity import ranks as R
-    from pseudopairs.similarity.device_ranks import metrics_of_counts
+    from pseudopairs.similarity.metrics import metrics_of_counts
     from pseudopairs.similarity import bf16_mode
     from pseudopairs.similarity.lowp import cpu_flags
 

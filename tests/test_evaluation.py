@@ -644,7 +644,7 @@ def test_device_ranks_settle_quantised_ties_and_images_without_captions():
 
 
 def test_device_metrics_are_the_cpu_metrics():
-    from pseudopairs.similarity.device_ranks import metrics_of_counts
+    from pseudopairs.similarity.metrics import metrics_of_counts
 
     for seed in range(2):
         images, captions, index = _near_tie_case(seed)

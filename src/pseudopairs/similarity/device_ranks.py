@@ -1,6 +1,7 @@
 """Exact retrieval ranks counted on the device (a GPU; the CPU through the same torch code in
 the tests): the float32 GEMM, the window tests and the float64 settling all stay there, and only
-the counts (or, for :func:`device_retrieval_metrics`, the metrics) come back.
+the counts (or, for :func:`~pseudopairs.similarity.metrics.retrieval_metrics`, the metrics:
+:func:`~pseudopairs.similarity.metrics.metrics_of_counts`) come back.
 
 The host engine (:func:`pseudopairs.similarity.ranks._exact_rank_counts`) settles the entries a
 float32 score cannot order in float64 on the CPU with :func:`~pseudopairs.similarity.dot64_pairs`
@@ -232,30 +233,3 @@ def _settle(x: _Side, y: _Side, idx: torch.Tensor, order: torch.Tensor, near_row
     own[cols] = own_cols
     count_cols.index_add_(0, near_cols[:, 1], (entry_cols > own[near_cols[:, 1]]).to(torch.int64))
     return count_rows, count_cols
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics on the device
-# --------------------------------------------------------------------------------------------
-
-
-def metrics_of_counts(i2t: torch.Tensor, i2t_rows: torch.Tensor, t2i: torch.Tensor) -> dict[str, float]:
-    """:func:`pseudopairs.similarity.metrics.metrics_from_ranks` of device rank tensors (the I→T
-    ranks of the query images ``i2t_rows``): the recalls and medians computed on the device, the
-    same numbers (integer counts, then the same float arithmetic)."""
-    from pseudopairs.similarity.metrics import METRIC_KEYS, RECALL_KEYS, RECALL_KS, mean_recall
-
-    out: dict[str, float] = {}
-    for direction, ranks in (("i2t", i2t[i2t_rows]), ("t2i", t2i)):
-        n = int(ranks.numel())
-        if n == 0:
-            raise ValueError(f"{direction}: no queries")
-        counts = torch.stack([(ranks < k).sum() for k in RECALL_KS]).tolist()
-        for k, count in zip(RECALL_KS, counts):
-            out[f"{direction}_r{k}"] = float(100.0 * count / n)
-        ordered = torch.sort(ranks).values
-        middle = ordered[[(n - 1) // 2, n // 2]].tolist()
-        out[f"{direction}_medr"] = float(np.floor(np.median(np.asarray(middle, dtype=np.int64))) + 1)
-    out["rsum"] = float(sum(out[key] for key in RECALL_KEYS))
-    out["mean_recall"] = mean_recall(out)
-    return {key: out[key] for key in METRIC_KEYS}

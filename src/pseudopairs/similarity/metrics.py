@@ -79,6 +79,25 @@ def _metrics_of(ranks_function, doc: str):
     return metrics
 
 
+def metrics_of_counts(i2t: torch.Tensor, i2t_rows: torch.Tensor, t2i: torch.Tensor) -> dict[str, float]:
+    """:func:`metrics_from_ranks` of rank tensors on a device (the I→T ranks of the query images
+    ``i2t_rows``): the recalls and medians computed there, the same numbers (integer counts, then
+    the same float arithmetic); only the floats come back."""
+    out: dict[str, float] = {}
+    for direction, ranks in (("i2t", i2t[i2t_rows]), ("t2i", t2i)):
+        n = int(ranks.numel())
+        if n == 0:
+            raise ValueError(f"{direction}: no queries")
+        counts = torch.stack([(ranks < k).sum() for k in RECALL_KS]).tolist()
+        for k, count in zip(RECALL_KS, counts):
+            out[f"{direction}_r{k}"] = float(100.0 * count / n)
+        middle = torch.sort(ranks).values[[(n - 1) // 2, n // 2]].tolist()
+        out[f"{direction}_medr"] = float(np.floor(np.median(np.asarray(middle, dtype=np.int64))) + 1)
+    out["rsum"] = float(sum(out[key] for key in RECALL_KEYS))
+    out["mean_recall"] = mean_recall(out)
+    return {key: out[key] for key in METRIC_KEYS}
+
+
 def _on_the_device(ranks_metrics):
     """``ranks_metrics`` (the metrics of :func:`retrieval_ranks`), except on a GPU with the cosine:
     the ranks are counted and the metrics computed on the device
@@ -87,7 +106,6 @@ def _on_the_device(ranks_metrics):
     @functools.wraps(ranks_metrics)
     def metrics(**kwargs: Any) -> dict[str, float]:
         from pseudopairs.similarity.arrays import engine_device, uses_torch
-        from pseudopairs.similarity.device_ranks import metrics_of_counts
         from pseudopairs.similarity.ranks import _validate_retrieval_inputs, device_retrieval_counts
 
         images, captions = kwargs.get("image_embeddings"), kwargs.get("caption_embeddings")
