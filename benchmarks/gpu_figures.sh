@@ -4,8 +4,9 @@
 # $OUT/GROUP.log (or /tmp/gpu_figures), and the measured rates go into $OUT/calibration.yaml
 # (pseudopairs.calibration; the file the SLURM requests read, docs/cluster.md).
 #
-# Groups (default `issue39`: every figure of issue 39, ~10 min on an H100/H200 by estimate; one call
-# may run 10 min, so on a lent machine run it as two calls of ~5 min, `issue39a` then `issue39b`):
+# Groups (default `goals`: every figure of the GPU goals in docs/benchmarks.md, ~10 min on an
+# H100/H200 by estimate; one call may run 10 min, so on a lent machine run it as two calls of
+# ~5 min, `part1` then `part2`):
 #   tests       the CUDA-only tests (stack graphs, the levers, device ranks, nvJPEG, device mining)
 #   single      one model's updates/s vs a bare step (calibration: one model)
 #   levers      stacked training S = 10, graphs: float32, TF32, and each lever on top of TF32
@@ -23,18 +24,18 @@
 #               Snakemake; else run `python benchmarks/gpu_hours.py --calibration FILE` on a CPU
 #               machine with the file that came back)
 #   legacy      the earlier groups' figures (stack / tf32 / graphs / profile, eager stacks)
-# Aliases (in order of priority): issue39a = tests single levers; issue39b = evaluation mining
-# features validation agreement plan; issue39 = both. It uses the machine's own PyTorch with the package from src/ (no
+# Aliases (in order of priority): part1 = tests single levers; part2 = evaluation mining features
+# validation agreement plan; goals = both. It uses the machine's own PyTorch with the package from src/ (no
 # install); each step has a time limit so one slow step cannot eat the others' time.
 set -u
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
 out="${OUT:-/tmp/gpu_figures}"
 mkdir -p "$out"
 calibration="$out/calibration.yaml"
-groups="${*:-issue39}"
-groups="${groups//issue39a/tests single levers}"
-groups="${groups//issue39b/evaluation mining features validation agreement plan}"
-groups="${groups//issue39/tests single levers evaluation mining features validation agreement plan}"
+groups="${*:-goals}"
+groups="${groups//part1/tests single levers}"
+groups="${groups//part2/evaluation mining features validation agreement plan}"
+groups="${groups//goals/tests single levers evaluation mining features validation agreement plan}"
 want() { [[ " $groups " == *" $1 "* ]]; }
 log="$out/run.log"
 step() {  # step NAME SECONDS ARGS...: one benchmark, its output appended to $log
