@@ -217,3 +217,24 @@ def test_common_smk_holds_no_resource_logic():
     for name in ("mem_mb", "runtime", "placement", "job_resources", "stack_resources"):
         assert f"def {name}(" not in text, name
     assert 'config["resources"]' not in text
+
+
+def test_the_demo_asks_what_it_asked_before(tmp_path):
+    """The demo (config/config.yaml: no calibration, no GPU) keeps its requests: resources.runtime
+    × the models of a stack, resources.mem_mb, no GPU (the same as before the resources moved into
+    pseudopairs.cluster; the whole dry run compared equal when they moved)."""
+    from snakemake.iocontainers import InputFiles, Wildcards
+
+    from test_cluster import parsed_workflow
+
+    with parsed_workflow(tmp_path, []) as workflow:
+        rules = {rule.name: rule for rule in workflow.rules}
+        block, none = Wildcards(fromdict={}), Wildcards(fromdict={})
+        want = {"train_stack_en_seeds1_3": (3000, 90), "evaluate_stack_en_seeds1_3": (2000, 90),
+                "train_stack_en_seeds4_5": (3000, 60), "features": (4000, 30), "table": (2000, 30)}
+        for name, (memory, minutes) in want.items():
+            got = rules[name].expand_resources(none if name == "table" else block, InputFiles(), 1)
+            assert (got["mem_mb"], got["runtime"]) == (memory, minutes), name
+            assert "gpu" not in got and "gres" not in got, name
+        retry = rules["train_stack_en_seeds1_3"].expand_resources(block, InputFiles(), 2)
+        assert (retry["mem_mb"], retry["runtime"]) == (6000, 180)

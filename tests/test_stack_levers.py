@@ -192,3 +192,11 @@ def test_the_levers_are_settings_that_default_off(tmp_path, monkeypatch):
     assert [s["updates"] for s in summaries] == [12, 12]
     assert built and all(stack.precision == "bf16" and not stack.compile for stack in built)
     assert all((tmp_path / f"s{s}" / "checkpoint.pt").is_file() for s in (1, 2))
+
+
+def test_compiling_without_a_c_compiler_fails_at_once(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(SettingsError, match="training.stack_compile: torch.compile needs a C compiler"):
+        stack_training.check_compiler()
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/gcc" if name == "gcc" else None)
+    stack_training.check_compiler()
