@@ -4,9 +4,10 @@
 # $OUT/GROUP.log (or /tmp/gpu_figures), and the measured rates go into $OUT/calibration.yaml
 # (pseudopairs.calibration; the file the SLURM requests read, docs/cluster.md).
 #
-# Groups (default `goals`: every figure of the GPU goals in docs/benchmarks.md, ~10 min on an
-# H100/H200 by estimate; one call may run 10 min, so on a lent machine run it as two calls of
-# ~5 min, `part1` then `part2`):
+# Groups (default `goals`: every figure of the GPU goals in docs/benchmarks.md, ~14 min on an
+# H100/H200 by estimate, most of it start-up, warm-up and the separate trainers of the references;
+# one call may run 10 min, so on a lent machine run it as two calls, `part1` then `part2`, the
+# groups of each in order of priority):
 #   tests       the CUDA-only tests (stack graphs, the levers, device ranks, nvJPEG, device mining)
 #   single      one model's updates/s vs a bare step (calibration: one model)
 #   levers      stacked training S = 10, graphs: float32, TF32, and each lever on top of TF32
@@ -69,11 +70,12 @@ if want levers; then
     stack stack10-float32 10 --calibration "$calibration"
     stack stack10-tf32 10 --tf32 --calibration "$calibration"
     stack stack10-bf16 10 --tf32 --precision bf16 --calibration "$calibration"
-    stack stack10-compiled 10 --tf32 --compile
-    stack stack10-pinned 10 --tf32 --pinned
+    # the separate trainers' rate is the same in every run at S = 10: measured once above (tf32)
+    stack stack10-compiled 10 --tf32 --compile --no-reference
+    stack stack10-pinned 10 --tf32 --pinned --no-reference
     stack stack10-all 10 --tf32 --precision bf16 --compile --pinned
-    stack stack16-all 16 --tf32 --precision bf16 --compile --pinned
-    stack stack32-all 32 --tf32 --precision bf16 --compile --pinned
+    stack stack16-all 16 --tf32 --precision bf16 --compile --pinned --no-reference
+    stack stack32-all 32 --tf32 --precision bf16 --compile --pinned --no-reference
     step profile10-all 90 benchmarks/training.py --device cuda --preset paper --stack 10 --updates 10 \
         --warmup 40 --graphs --tf32 --precision bf16 --compile --pinned --profile 10
     grep -h "^== stack\|ratio stacked\|^stacked  \|peak GPU" "$out/levers.log" | tee "$out/levers.summary"

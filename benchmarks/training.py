@@ -148,7 +148,7 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
     stack.precision, stack.compile = args.precision, args.compile   # training.stack_precision / stack_compile
     optimizer = StackedAdam(stack.parameters_in_order(), lr=2e-4)
     update = stacked_updater(stack, optimizer, args.graphs, pinned=args.pinned)
-    separate = [make_trainer(preset, device, data, seed=s) for s in range(size)]
+    separate = [] if args.no_reference else [make_trainer(preset, device, data, seed=s) for s in range(size)]
     run_stacked(stacked_trainers, update, args.warmup)
     run_separate(separate, args.warmup)
     sync(device)
@@ -165,12 +165,13 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
             wall[variant] += time.perf_counter() - start
     n = blocks * per_block
     stacked_rate = size * n / wall["stacked"]      # model-updates per second
-    separate_rate = size * n / wall["separate"]
+    separate_rate = size * n / wall["separate"] if separate else float("nan")
     print(f"stack of {size}: {n} updates of each model per variant in {blocks} alternating blocks "
           f"after {args.warmup} warm-up")
     print(f"stacked  : {stacked_rate:9.1f} model-updates/s summed, {stacked_rate / size:8.1f} per model")
     print(f"separate : {separate_rate:9.1f} model-updates/s summed, {separate_rate / size:8.1f} per model "
-          f"({size} trainers one after the other)")
+          f"({size} trainers one after the other)" if separate else
+          "separate : not run (--no-reference); divide by another run's separate rate")
     print(f"ratio stacked/separate: {stacked_rate / separate_rate:6.3f} (goal at S = 10 on an H100: "
           f">= 5 and >= 1,000 model-updates/s; levers: precision {args.precision}, compile {args.compile}, "
           f"pinned {args.pinned}, graphs {args.graphs}, tf32 {args.tf32})")
@@ -260,6 +261,8 @@ def main() -> None:
                         help="(with --stack) training.stack_compile: the GRU's elementwise work compiled")
     parser.add_argument("--pinned", action="store_true",
                         help="(with --stack --graphs) training.pinned_memory: inputs via pinned buffers")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="(with --stack) skip the S separate trainers (only the stacked rate)")
     parser.add_argument("--calibration", default=None,
                         help="on CUDA: record the measured rate in this calibration file "
                              "(pseudopairs.calibration: rates.train_updates_per_s)")
