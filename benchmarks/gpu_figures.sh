@@ -26,13 +26,17 @@
 #               machine with the file that came back)
 #   legacy      the earlier groups' figures (stack / tf32 / graphs / profile, eager stacks)
 # Aliases (in order of priority): part1 = tests single levers; part2 = evaluation mining features
-# validation agreement plan; goals = both. It uses the machine's own PyTorch with the package from src/ (no
+# validation agreement plan; goals = both. Between two calls on a lent machine, bring part1's
+# $OUT/calibration.yaml into the working tree and pass it as CALIBRATION_FROM to part2. It uses the machine's own PyTorch with the package from src/ (no
 # install); each step has a time limit so one slow step cannot eat the others' time.
 set -u
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
 out="${OUT:-/tmp/gpu_figures}"
 mkdir -p "$out"
 calibration="$out/calibration.yaml"
+# a later call continues the file an earlier one wrote (a lent machine starts each call with an
+# empty $OUT): CALIBRATION_FROM=path/to/the/earlier/calibration.yaml bash benchmarks/gpu_figures.sh part2
+if [[ -n "${CALIBRATION_FROM:-}" && ! -f "$calibration" ]]; then cp "$CALIBRATION_FROM" "$calibration"; fi
 groups="${*:-goals}"
 groups="${groups//part1/tests single levers}"
 groups="${groups//part2/evaluation mining features validation agreement plan}"
