@@ -14,6 +14,11 @@ candidate paths: **float32** (``bf16_mode(False)``, goal ≤ 1.25× the bare GEM
 has a bfloat16 dot-product unit (``avx512_bf16``/``amx_bf16``; ``--paths`` overrides), **bf16**
 (the GEMM on rows rounded to bfloat16 inside a proven window, the rest settled in float64; goal
 ≤ 0.5× the bare float32 GEMM); both must give identical ranks.
+On a GPU (``--device cuda``; ``--device-engine`` runs the same code on the CPU) ours is the
+**device engine** (:mod:`pseudopairs.similarity.device_ranks`: the GEMM, the window tests and the
+float64 settling on the device, only counts or metrics coming back; goal ≤ 2× the bare GEMM), timed
+beside the engine before it (float32 GEMM on the device, settling on the host), and its ranks and
+metrics are checked against the CPU engine's.
 Each figure is the minimum over ``--repeats`` runs (the machine may be shared; medians are
 printed too). The per-query loop (exact float64 scores of each query against every candidate,
 then a sort) runs once, on the first size only, and must give identical ranks.
@@ -39,6 +44,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0,
                         help="BLAS/torch threads for the GEMMs (0 = library defaults: all cores)")
     parser.add_argument("--no-reference", action="store_true", help="skip the per-query loop")
+    parser.add_argument("--device-engine", action="store_true",
+                        help="on the CPU: time the device engine (ranks counted, float64 settled and "
+                             "metrics computed by torch; what a GPU runs) instead of the numpy engine")
     parser.add_argument("--paths", default="auto",
                         help="candidate paths: 'auto' (float32, and bf16 where the CPU has a bfloat16 "
                              "unit or on CUDA), or a comma-separated subset of float32,bf16")
@@ -69,7 +77,9 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from pseudopairs.evaluation import retrieval_ranks, retrieval_ranks_reference
+    from pseudopairs.evaluation import retrieval_metrics, retrieval_ranks, retrieval_ranks_reference
+    from pseudopairs.similarity import ranks as R
+    from pseudopairs.similarity.metrics import metrics_of_counts
     from pseudopairs.similarity import bf16_mode
     from pseudopairs.similarity.lowp import cpu_flags
 
@@ -77,6 +87,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
+    engine_on_device = cuda or args.device_engine
     if args.paths == "auto":
         paths = ["float32"] + (["bf16"] if cuda or {"avx512_bf16", "amx_bf16"} & cpu_flags() else [])
     else:
@@ -103,7 +114,16 @@ def main() -> None:
         out = np.empty((n_images, n_cap), dtype=np.float32)
         inputs = kwargs if not cuda else dict(kwargs, image_embeddings=im_t, caption_embeddings=cap_t)
         contenders = {}
-        for path in paths:
+        if engine_on_device:  # ranks counted on the device (the default on a GPU), and the engine before
+            contenders["ours (device ranks)"] = lambda: R._retrieval_ranks_on(im_t, cap_t, index, device=device)
+            contenders["ours (device metrics)"] = lambda: metrics_of_counts(
+                *R.device_retrieval_counts(im_t, cap_t, index, device=device))
+            for path in paths:
+                def host(enabled=(path == "bf16")):
+                    with bf16_mode(enabled):
+                        return R._retrieval_ranks_on(im_t, cap_t, index, device=device, settle="host")
+                contenders[f"host settling ({path}; before)"] = host
+        for path in ([] if engine_on_device else paths):
             def ours(enabled=(path == "bf16")):
                 with bf16_mode(enabled):
                     return retrieval_ranks(**inputs, device=device)
@@ -122,14 +142,22 @@ def main() -> None:
                 times[name].append(seconds)
                 results[name] = value
         failed |= report(times, results, n_images=n_images, n_cap=n_cap, dim=args.dim)
-        result = results[f"ours ({paths[-1]} path)"]
+        ours_name = "ours (device ranks)" if engine_on_device else f"ours ({paths[-1]} path)"
+        result = results[ours_name]
+        if engine_on_device:
+            cpu = retrieval_ranks(**kwargs)
+            same_cpu = np.array_equal(result.i2t, cpu.i2t) and np.array_equal(result.t2i, cpu.t2i)
+            from pseudopairs.evaluation import metrics_from_ranks
+            same_metrics = results["ours (device metrics)"] == metrics_from_ranks(i2t_ranks=cpu.i2t, t2i_ranks=cpu.t2i)
+            print(f"device ranks identical to the CPU engine's: {same_cpu}; device metrics identical: {same_metrics}")
+            failed |= not (same_cpu and same_metrics)
         if i == 0 and not args.no_reference:
             ref, t_ref = timed(lambda: retrieval_ranks_reference(**kwargs, progress=False))
             same = (np.array_equal(result.i2t, ref.i2t) and np.array_equal(result.i2t_image_rows, ref.i2t_image_rows)
                     and np.array_equal(result.t2i, ref.t2i))
             n_queries = len(ref.i2t) + len(ref.t2i)
             print(f"per-query loop reference: {t_ref:.2f} s for {n_queries} queries "
-                  f"({t_ref / n_queries * 1e3:.2f} ms/query); ours is {t_ref / min(times[f'ours ({paths[-1]} path)']):.0f}× "
+                  f"({t_ref / n_queries * 1e3:.2f} ms/query); ours is {t_ref / min(times[ours_name]):.0f}× "
                   f"faster; identical ranks: {same}")
             failed |= not same
     if failed:
@@ -145,21 +173,23 @@ def report(times: dict, results: dict, *, n_images: int, n_cap: int, dim: int) -
 
     best = {name: min(ts) for name, ts in times.items()}
     median = {name: float(np.median(ts)) for name, ts in times.items()}
-    gemms = [name for name in times if not name.startswith("ours")]
+    gemms = [name for name in times if not name.startswith(("ours", "host"))]
     floor = min(gemms, key=lambda name: best[name])
     flops = 2.0 * n_images * n_cap * dim
     for name in gemms:
         print(f"bare {name:<20} {best[name] * 1e3:9.1f} ms (median {median[name] * 1e3:.1f}; "
               f"{flops / best[name] / 1e9:.0f} GFLOP/s)")
-    ours = [name for name in times if name.startswith("ours")]
+    ours = [name for name in times if name.startswith(("ours", "host"))]
     for name in ours:
-        goal = "goal ≤ 0.5×" if "bf16" in name else "goal ≤ 1.25×"
+        goal = ("goal ≤ 2× on a GPU" if "device" in name else "" if name.startswith("host")
+                else "goal ≤ 0.5×" if "bf16" in name else "goal ≤ 1.25×")
         print(f"{name:<25} {best[name] * 1e3:9.1f} ms (median {median[name] * 1e3:.1f}) → "
               f"{best[name] / best[floor]:.3f}× the fastest bare float32 GEMM ({floor}; medians: "
               f"{median[name] / median[floor]:.3f}×); {goal}")
-    first = results[ours[0]]
-    same = all(np.array_equal(results[n].i2t, first.i2t) and np.array_equal(results[n].t2i, first.t2i) for n in ours)
-    if len(ours) > 1:
+    ranked = [name for name in ours if "metrics" not in name]
+    first = results[ranked[0]]
+    same = all(np.array_equal(results[n].i2t, first.i2t) and np.array_equal(results[n].t2i, first.t2i) for n in ranked)
+    if len(ranked) > 1:
         print(f"the paths give identical ranks: {same}")
     metrics = metrics_from_ranks(i2t_ranks=first.i2t, t2i_ranks=first.t2i)
     print("metrics: " + ", ".join(f"{k}={v:.2f}" for k, v in metrics.items()))

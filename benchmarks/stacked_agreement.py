@@ -1,7 +1,7 @@
 """Do stacked models follow their separate runs, and does TF32 stay within the seeds' noise?
 
     .venv/bin/python benchmarks/stacked_agreement.py [--device auto] [--preset paper|demo]
-        [--seeds 3] [--updates 1000] [--tf32]
+        [--seeds 3] [--updates 1000] [--tf32] [--bf16] [--compile]
 
 A learnable synthetic world (each image a draw of five attributes; its features the sum of one
 random 2048-d vector per attribute value plus noise; five English and five German captions per
@@ -12,8 +12,9 @@ batched stack), same settings, no early stopping (``max_updates`` updates, valid
 difference between a model's stacked and separate run and the seeds' standard deviation there
 (the noise a change must stay within), and the wall time of each. The stacked runs replay CUDA
 graphs on a GPU (``training.cuda_graphs``, the default); ``--eager`` adds stacked runs without
-them, ``--tf32`` stacked runs with TF32 matrix products, both compared with the float32 separate
-runs.
+them, ``--tf32`` stacked runs with TF32 matrix products, ``--bf16`` with bf16 products
+(``training.stack_precision``), ``--compile`` with compiled GRU kernels
+(``training.stack_compile``), each compared with the float32 separate runs.
 """
 
 from __future__ import annotations
@@ -103,6 +104,10 @@ def main() -> None:
     parser.add_argument("--validate-every", type=int, default=100)
     parser.add_argument("--images", type=int, default=3000, help="training images")
     parser.add_argument("--tf32", action="store_true")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also stacked runs with bf16 products (training.stack_precision: bf16)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also stacked runs with compiled GRU kernels (training.stack_compile)")
     parser.add_argument("--eager", action="store_true",
                         help="also the stacked runs without CUDA graphs (training.cuda_graphs false)")
     parser.add_argument("--threads", type=int, default=1)
@@ -122,19 +127,24 @@ def main() -> None:
         for seed in seeds:
             train(spec=spec, settings=settings, out_dir=root / "separate" / f"seed{seed}", seed=seed)
         print(f"separate runs : {time.perf_counter() - start:7.1f} s")
-        variants = ([("stacked", False, True)] + ([("stacked-eager", False, False)] if args.eager else [])
-                    + ([("stacked-tf32", True, True)] if args.tf32 else []))
-        for name, tf32, graphs in variants:
+        # (name, tf32, graphs, precision, compile)
+        variants = ([("stacked", False, True, "float32", False)]
+                    + ([("stacked-eager", False, False, "float32", False)] if args.eager else [])
+                    + ([("stacked-tf32", True, True, "float32", False)] if args.tf32 else [])
+                    + ([("stacked-bf16", False, True, "bf16", False)] if args.bf16 else [])
+                    + ([("stacked-compiled", False, True, "float32", True)] if args.compile else []))
+        for name, tf32, graphs, precision, compiled in variants:
             start = time.perf_counter()
             train_stack(jobs=[{"seed": s, "spec": spec, "out_dir": str(root / name / f"seed{s}")}
                               for s in seeds], settings={**settings, "stack_compute": "batched", "tf32": tf32,
-                                                         "cuda_graphs": graphs})
-            print(f"{name:13s} : {time.perf_counter() - start:7.1f} s")
+                                                         "cuda_graphs": graphs, "stack_precision": precision,
+                                                         "stack_compile": compiled})
+            print(f"{name:16s} : {time.perf_counter() - start:7.1f} s")
         separate = np.array([curve(root / "separate" / f"seed{s}") for s in seeds])
         noise = separate.std(axis=0, ddof=1) if len(seeds) > 1 else np.full(separate.shape[1], np.nan)
         print(f"separate runs' validation curves: {separate.round(1).tolist()}")
         print(f"seeds' sd at each validation (the noise): {noise.round(1).tolist()}")
-        for name, _, _ in variants:
+        for name, *_ in variants:
             ours = np.array([curve(root / name / f"seed{s}") for s in seeds])
             diff = np.abs(ours - separate).max(axis=0)
             print(f"{name}: curves {ours.round(1).tolist()}")

@@ -18,7 +18,10 @@ own trainer, batch streams and task draws) updated together by
 its own ``Trainer.update()`` one after the other in this process (*separate*: what S jobs of one
 model each would do on the device, without their process overheads). It prints the
 model-updates/s summed over the stack, per model, and the ratio stacked / separate.
-``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants); ``--graphs`` runs the
+``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants); ``--precision bf16``,
+``--compile`` and ``--pinned`` turn on the stack's levers (``training.stack_precision``,
+``stack_compile``, ``pinned_memory``); ``--calibration FILE`` records the rate for the SLURM
+requests (pseudopairs.calibration); ``--graphs`` runs the
 stacked variant as the pipeline does on a GPU by default, each update a replayed CUDA graph
 (``training.cuda_graphs``). ``--profile K`` (with
 ``--stack``) then times K more stacked updates by phase (the trainers drawing their batches on the
@@ -111,12 +114,13 @@ def run_bare(model: RankingModel, optimizer: torch.optim.Optimizer, batches: lis
     torch.stack(losses).cpu()
 
 
-def stacked_updater(stack: StackedRankingModel, optimizer: StackedAdam, graphs: bool):
+def stacked_updater(stack: StackedRankingModel, optimizer: StackedAdam, graphs: bool, *, pinned: bool = False):
     """The stacked update as the pipeline runs it: ``stacked_update``, or with ``graphs`` the
-    static-shape update replayed as CUDA graphs (``training.cuda_graphs``)."""
+    static-shape update replayed as CUDA graphs (``training.cuda_graphs``; ``pinned``: its inputs
+    through pinned host buffers, ``training.pinned_memory``)."""
     options = {"margin": 0.2, "max_violation": True, "grad_clip": 2.0}
     if graphs:
-        return StaticStackUpdate(stack, optimizer, **options)
+        return StaticStackUpdate(stack, optimizer, pinned=pinned, **options)
     return lambda batches: stacked_update(stack, optimizer, batches, **options)
 
 
@@ -141,9 +145,10 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
     size = args.stack
     stacked_trainers = [make_trainer(preset, device, data, seed=s) for s in range(size)]
     stack = StackedRankingModel([t.model for t in stacked_trainers])
+    stack.precision, stack.compile = args.precision, args.compile   # training.stack_precision / stack_compile
     optimizer = StackedAdam(stack.parameters_in_order(), lr=2e-4)
-    update = stacked_updater(stack, optimizer, args.graphs)
-    separate = [make_trainer(preset, device, data, seed=s) for s in range(size)]
+    update = stacked_updater(stack, optimizer, args.graphs, pinned=args.pinned)
+    separate = [] if args.no_reference else [make_trainer(preset, device, data, seed=s) for s in range(size)]
     run_stacked(stacked_trainers, update, args.warmup)
     run_separate(separate, args.warmup)
     sync(device)
@@ -160,13 +165,24 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
             wall[variant] += time.perf_counter() - start
     n = blocks * per_block
     stacked_rate = size * n / wall["stacked"]      # model-updates per second
-    separate_rate = size * n / wall["separate"]
+    separate_rate = size * n / wall["separate"] if separate else float("nan")
     print(f"stack of {size}: {n} updates of each model per variant in {blocks} alternating blocks "
           f"after {args.warmup} warm-up")
     print(f"stacked  : {stacked_rate:9.1f} model-updates/s summed, {stacked_rate / size:8.1f} per model")
     print(f"separate : {separate_rate:9.1f} model-updates/s summed, {separate_rate / size:8.1f} per model "
-          f"({size} trainers one after the other)")
-    print(f"ratio stacked/separate: {stacked_rate / separate_rate:6.3f}")
+          f"({size} trainers one after the other)" if separate else
+          "separate : not run (--no-reference); divide by another run's separate rate")
+    print(f"ratio stacked/separate: {stacked_rate / separate_rate:6.3f} (goal at S = 10 on an H100: "
+          f">= 5 and >= 1,000 model-updates/s; levers: precision {args.precision}, compile {args.compile}, "
+          f"pinned {args.pinned}, graphs {args.graphs}, tf32 {args.tf32})")
+    if args.calibration and device.type == "cuda":
+        from pseudopairs.calibration import record
+
+        table = "bf16" if args.precision == "bf16" else "tf32" if args.tf32 else "float32"
+        record(args.calibration, gpu_model=torch.cuda.get_device_name(device),
+               rates={"train_updates_per_s": {table: {size: round(stacked_rate, 1)}}},
+               note=f"benchmarks/training.py --stack {size}, graphs {args.graphs}, compile {args.compile}, "
+                    f"pinned {args.pinned}")
     if device.type == "cuda":
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB")
     if args.graphs:
@@ -239,6 +255,17 @@ def main() -> None:
     parser.add_argument("--graphs", action="store_true",
                         help="(with --stack) the stacked update replayed as CUDA graphs on a GPU "
                              "(training.cuda_graphs; model/stack_graph.py)")
+    parser.add_argument("--precision", choices=["float32", "bf16"], default="float32",
+                        help="(with --stack) training.stack_precision: the batched products in bf16")
+    parser.add_argument("--compile", action="store_true",
+                        help="(with --stack) training.stack_compile: the GRU's elementwise work compiled")
+    parser.add_argument("--pinned", action="store_true",
+                        help="(with --stack --graphs) training.pinned_memory: inputs via pinned buffers")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="(with --stack) skip the S separate trainers (only the stacked rate)")
+    parser.add_argument("--calibration", default=None,
+                        help="on CUDA: record the measured rate in this calibration file "
+                             "(pseudopairs.calibration: rates.train_updates_per_s)")
     parser.add_argument("--profile", type=int, default=0,
                         help="K >= 1 (with --stack): time K more stacked updates by phase and trace "
                              "them with torch.profiler")
@@ -301,6 +328,12 @@ def main() -> None:
     if device.type == "cpu":
         print(f"ratio by CPU time  : {cpu['bare'] / cpu['real']:8.3f}  (less sensitive to other "
               "processes on a shared CPU)")
+    elif args.calibration:
+        from pseudopairs.calibration import record
+
+        record(args.calibration, gpu_model=torch.cuda.get_device_name(device),
+               rates={"train_updates_per_s": {"tf32" if args.tf32 else "float32": {1: round(real_rate, 1)}}},
+               note="benchmarks/training.py, one model")
 
 
 if __name__ == "__main__":

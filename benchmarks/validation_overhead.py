@@ -74,6 +74,9 @@ def main() -> None:
                         help="updates timed (default: validate-every on a GPU, 20 on the CPU)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--train", type=int, default=300, help="updates before the timing")
+    parser.add_argument("--calibration", default=None,
+                        help="on CUDA: record one validation's seconds in this calibration file "
+                             "(pseudopairs.calibration: rates.validation_s)")
     parser.add_argument("--profile", action="store_true",
                         help="profile one more validation on the training device with cProfile")
     args = parser.parse_args()
@@ -128,6 +131,11 @@ def main() -> None:
           f"state every {args.resume_every} updates: {100 * engine:6.1f} %")
     print(f"overhead per {args.validate_every} updates, now (device ranking, float32 candidates, state "
           f"every {args.resume_every} updates): {100 * after:6.1f} %  (goal <= 5 %)")
+    if args.calibration and device.type == "cuda":
+        from pseudopairs.calibration import record
+
+        record(args.calibration, gpu_model=torch.cuda.get_device_name(device),
+               rates={"validation_s": round(on_device, 3)}, note="benchmarks/validation_overhead.py")
     if args.profile:
         import cProfile
         import pstats

@@ -116,8 +116,13 @@ def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_d
     """The site's resources.slurm places every job (GPU jobs in the GPU partition), and a
     --set-resources for one resource of one rule changes that resource only. Models train in
     stacks (config/paper.yaml training.stack [3, 7]): per seed block of an experiment one
-    training job and one evaluation job, asking train's and evaluate's memory and their
-    walltimes per model."""
+    training job and one evaluation job, asking the walltime and memory the shipped H100
+    calibration gives a stack of that size (config/calibration/h100.yaml, by hand: a stack of 3
+    trains 3 x 30,000 updates at 190.3 model-updates/s = 472.9 s + 3 x 60 validations x 0.17 s +
+    60 s start = 563.5 s, x 1.5 = 14.1 -> 15 min; of 7, at 190.3 + 4/7 x (242.7 - 190.3) = 220.2
+    model-updates/s: 1,084.9 s x 1.5 -> 28 min; evaluating 3 models 60 + 3 x 24 = 132 s x 1.5 ->
+    the floor of 5 min, 7 models 228 s x 1.5 -> 6 min; memory (3,254 + 3,000) x 1.5 -> 9,500 MB
+    to train, (1,385 + 3,000) x 1.5 -> 7,000 MB to evaluate)."""
     jobs = dry_run_jobs(paper_slurm_dry_run)
     rules = by_rule(jobs)
     stacks, evaluations = training_jobs(jobs), evaluation_jobs(jobs)
@@ -127,9 +132,9 @@ def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_d
         == paper_models() >= 45 * 3
     for job in stacks:
         assert (job["slurm_partition"], job["slurm_account"], job["gpu"], job["mem_mb"], job["runtime"],
-                job["threads"]) == ("gpu", "nlp-a7", "1", "32000", str(25 * stack_size(job)), 4)
+                job["threads"]) == ("gpu", "nlp-a7", "1", "9500", {3: "15", 7: "28"}[stack_size(job)], 4)
     for job in evaluations:
-        assert (job["mem_mb"], job["runtime"]) == ("16000", str(8 * stack_size(job)))
+        assert (job["mem_mb"], job["runtime"]) == ("7000", {3: "5", 7: "6"}[stack_size(job)])
     for rule in ("features", "mine", "translate"):
         for job in rules[rule] + evaluations:
             assert (job["slurm_partition"], job["slurm_account"], job["gpu"]) == ("gpu", "nlp-a7", "1"), job
@@ -238,7 +243,8 @@ def test_memory_grows_with_each_attempt_and_walltime_up_to_the_sites_cap(tmp_pat
     job -- share in proportion to their own times."""
     from snakemake.iocontainers import InputFiles, Wildcards
 
-    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+    uncalibrated = site_file(tmp_path, "resources: {calibration: null}\n")  # resources.runtime / mem_mb
+    with parsed_workflow(tmp_path, [PAPER, uncalibrated]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
         model = Wildcards(fromdict={"experiment": "de", "seed": "1"})
         block = Wildcards(fromdict={"experiment": "de"})
@@ -259,22 +265,23 @@ def test_memory_grows_with_each_attempt_and_walltime_up_to_the_sites_cap(tmp_pat
         # a stack of 7 (seeds 4-10): 7 x (25 + 8) = 231 first; the retry (462) capped at 360 in
         # all: 360 x 25/33 and 360 x 8/33, rounded down
         assert stacked == {1: (175, 56), 2: (272, 87), 3: (272, 87), 4: (272, 87)}
-    site = site_file(tmp_path, "resources: {runtime_cap: null}\n")
+    site = site_file(tmp_path, "resources: {runtime_cap: null, calibration: null}\n")
     with parsed_workflow(tmp_path, [PAPER, site]) as workflow:   # null: no cap, x attempt
         rules = {rule.name: rule for rule in workflow.rules}
         assert rules["train"].expand_resources(model, InputFiles(), 5)["runtime"] == 125
         assert rules["train_stack_seeds4_10"].expand_resources(block, InputFiles(), 5)["runtime"] == 875
 
 
-def test_a_train_and_evaluate_job_asks_at_most_240_minutes_first(paper_slurm_dry_run):
-    """Every training group job of the paper plan (rule all) asks SLURM for at most 4 h on its
-    first attempt (it asked 1,470 min per model, which partitions capped at 24 h refuse): a stack
-    of S models asks S x (train 25 + evaluate 8) minutes, 99 for 3 and 231 for 7."""
+def test_a_stack_group_job_asks_its_calibrated_minutes_first(paper_slurm_dry_run):
+    """Every training group job of the paper plan (rule all) asks SLURM for its stack's
+    calibrated training plus evaluation on its first attempt: 15 + 5 minutes for a stack of 3,
+    28 + 6 for a stack of 7 (it asked 99 and 231, S x (25 + 8), before the calibration; 1,470 per
+    model before that)."""
     groups: dict[str, int] = {}
     for job in dry_run_jobs(paper_slurm_dry_run):
         if job["group"]:
             groups[job["group"]] = groups.get(job["group"], 0) + int(job["runtime"])
-    assert set(groups.values()) == {99, 231}
+    assert set(groups.values()) == {20, 34}
 
 
 def test_a_stack_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
@@ -290,7 +297,7 @@ def test_a_stack_group_job_asks_slurm_for_training_then_evaluation(tmp_path):
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    site = site_file(tmp_path, "resources: {runtime_cap: 200, slurm: {partition: {gpu: gpu}}}\n")
+    site = site_file(tmp_path, "resources: {runtime_cap: 200, calibration: null, slurm: {partition: {gpu: gpu}}}\n")
     with parsed_workflow(tmp_path, [PAPER, site]) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
         block = Wildcards(fromdict={"experiment": "de"})
@@ -584,3 +591,45 @@ def test_the_docs_example_site_values_are_refused_as_placeholders():
         assert examples, doc
         for key in examples:
             assert f"config key 'resources.slurm.{key}'" in str(err.value), (doc, key)
+def test_calibrated_gpu_jobs_grow_with_attempts_and_mine_by_criterion(tmp_path):
+    """With the shipped calibration (config/paper.yaml: config/calibration/h100.yaml) a stack of 7
+    asks 28 + 6 minutes and 9,500 / 7,000 MB, both x the attempt number (the walltime up to the
+    site's cap); a mine job asks for its own set's criterion: sinkhorn 7 min (60 + 60 + 7.97 x
+    17.5 = 259.5 s x 1.5), cosine the floor of 5."""
+    from snakemake.iocontainers import InputFiles, Wildcards
+
+    with parsed_workflow(tmp_path, [PAPER, site_file(tmp_path)]) as workflow:
+        rules = {rule.name: rule for rule in workflow.rules}
+        block = Wildcards(fromdict={"experiment": "de"})
+        asked = {}
+        for attempt in (1, 2, 3):
+            train = rules["train_stack_seeds4_10"].expand_resources(block, InputFiles(), attempt)
+            evaluate = rules["evaluate_stack_seeds4_10"].expand_resources(block, InputFiles(), attempt)
+            assert (train["mem_mb"], evaluate["mem_mb"]) == (9500 * attempt, 7000 * attempt)
+            asked[attempt] = (train["runtime"], evaluate["runtime"])
+        assert asked == {1: (28, 6), 2: (56, 12), 3: (84, 18)}
+        mine = {name: rules["mine"].expand_resources(Wildcards(fromdict={"pseudopairs": name, "seed": "1"}),
+                                                     InputFiles(), 1)["runtime"]
+                for name in ("de_coco.sinkhorn", "de_coco")}
+        assert mine == {"de_coco.sinkhorn": 7, "de_coco": 5}
+
+
+def test_the_paper_plan_asks_at_most_twice_its_estimated_gpu_hours(paper_slurm_dry_run):
+    """The dry run of rule all on config/paper.yaml asks SLURM for GPU-hours (first-attempt
+    walltime x GPUs, summed over the GPU jobs) within 2x the estimate from the same measured
+    rates, and not less than it (it asked 437 GPU-hours for ~30 before the calibration). Also for
+    a site whose GPUs are H200s that keeps the shipped H100 file: the same requests against the
+    H200's smaller estimate."""
+    from pseudopairs import calibration as cal
+
+    config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER))
+    jobs = cal.dry_run_jobs(paper_slurm_dry_run)
+    plan = cal.plan_gpu_hours(jobs, cal.Calibration.read(REPO / "config" / "calibration" / "h100.yaml"), config)
+    assert plan["jobs"] == len([job for job in jobs if job.gpus])
+    assert set(plan["by_kind"]) == {"train", "evaluate", "features", "mine", "translate"}
+    assert 1.0 <= plan["ratio"] <= 2.0, plan
+    assert plan["requested"] < 100
+    for kind, hours in plan["by_kind"].items():
+        assert hours["requested"] >= hours["estimated"], kind
+    on_h200 = cal.plan_gpu_hours(jobs, cal.Calibration.read(REPO / "config" / "calibration" / "h200.yaml"), config)
+    assert on_h200["requested"] == plan["requested"] and on_h200["ratio"] <= 2.0, on_h200

@@ -584,3 +584,88 @@ def test_bf16_path_on_quantised_ties_and_unnormalised_rows():
                                          caption_image_index=index, block_size=block)
                 np.testing.assert_array_equal(got.i2t, ref.i2t)
                 np.testing.assert_array_equal(got.t2i, ref.t2i)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranks counted on the device (pseudopairs.similarity.device_ranks): the float64 settling there,
+# in numpy's pairwise order, the same ranks and metrics as the CPU engine (tested on CPU tensors
+# through the same code the GPU runs)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [1, 5, 8, 13, 100, 128, 129, 300, 1000, 1024, 1031, 2048])
+def test_device_dot64_gives_numpys_pairwise_bits(dim):
+    from pseudopairs.similarity import dot64_pairs
+    from pseudopairs.similarity.device_ranks import dot64_rows, pairwise_sum64
+
+    rng = np.random.default_rng(dim)
+    x = rng.standard_normal((300, dim)).astype(np.float32)
+    y = (rng.standard_normal((300, dim)) * 10.0 ** rng.integers(-3, 4, size=(300, 1))).astype(np.float32)
+    rows = np.arange(300)
+    want = dot64_pairs(x, y, x_rows=rows, y_rows=rows)
+    got = dot64_rows(torch.from_numpy(x), torch.from_numpy(y)).numpy()
+    assert got.tobytes() == want.tobytes()      # bit for bit, not merely close
+    products = np.multiply(x, y, dtype=np.float64)
+    assert pairwise_sum64(torch.from_numpy(products)).numpy().tobytes() == np.add.reduce(products, axis=1).tobytes()
+    if dim >= 100:  # a plain float64 sum (another order) differs somewhere: the order matters
+        assert torch.from_numpy(products).sum(dim=1).numpy().tobytes() != want.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_device_ranks_equal_the_cpu_engine_and_the_reference(seed):
+    images, captions, index = _near_tie_case(seed)
+    ref = ev.retrieval_ranks_reference(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    cpu = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    for block in (None, 1, 7):
+        got = R._retrieval_ranks_on(images, captions, index, device=torch.device("cpu"), block_size=block)
+        for ranks in (ref, cpu):
+            np.testing.assert_array_equal(got.i2t, ranks.i2t)
+            np.testing.assert_array_equal(got.i2t_image_rows, ranks.i2t_image_rows)
+            np.testing.assert_array_equal(got.t2i, ranks.t2i)
+    tr = R._translation_ranks_on(captions[:30], images, device=torch.device("cpu"))
+    np.testing.assert_array_equal(tr, ev.translation_ranks(source_embeddings=captions[:30], target_embeddings=images))
+
+
+def test_device_ranks_settle_quantised_ties_and_images_without_captions():
+    """Scores that are exact multiples of 2**-20 tie often; images 0-4 have no caption (no I→T
+    query, still T→I candidates); the windows hold many entries, all settled in float64 on the
+    device."""
+    from pseudopairs.similarity.device_ranks import device_rank_counts
+
+    rng = np.random.default_rng(5)
+    images = _quantised(rng, 40, 16, levels=2)
+    index = rng.integers(5, 40, size=160)
+    captions = _quantised(rng, 160, 16, levels=2)
+    ref = ev.retrieval_ranks_reference(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    i2t, t2i = device_rank_counts(images, captions, index, device=torch.device("cpu"), block_rows=9)
+    np.testing.assert_array_equal(i2t.numpy()[ref.i2t_image_rows], ref.i2t)
+    np.testing.assert_array_equal(t2i.numpy(), ref.t2i)
+    assert i2t[:5].tolist() == [0] * 5
+
+
+def test_device_metrics_are_the_cpu_metrics():
+    from pseudopairs.similarity.metrics import metrics_of_counts
+
+    for seed in range(2):
+        images, captions, index = _near_tie_case(seed)
+        want = ev.retrieval_metrics(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+        i2t, rows, t2i = R.device_retrieval_counts(images, captions, index, device=torch.device("cpu"))
+        assert metrics_of_counts(i2t, rows, t2i) == want     # the same floats, key by key
+    # by hand: ranks 0, 3, 1, 8 (even: median (1 + 3) / 2 = 2 -> 3) and 2, 2, 0 (odd: 2 -> 3)
+    got = metrics_of_counts(torch.tensor([0, 3, 9, 1, 8]), torch.tensor([0, 1, 3, 4]), torch.tensor([2, 2, 0]))
+    assert (got["i2t_r1"], got["i2t_r5"], got["i2t_r10"], got["i2t_medr"]) == (25.0, 75.0, 100.0, 3.0)
+    assert (got["t2i_r1"], got["t2i_medr"]) == (100.0 / 3, 3.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_device_ranks_and_metrics_equal_the_cpu_engine():
+    images, captions, index = _near_tie_case(1)
+    cpu = ev.retrieval_ranks(image_embeddings=images, caption_embeddings=captions, caption_image_index=index)
+    gpu = ev.retrieval_ranks(image_embeddings=torch.from_numpy(images).cuda(),
+                             caption_embeddings=torch.from_numpy(captions).cuda(), caption_image_index=index)
+    np.testing.assert_array_equal(gpu.i2t, cpu.i2t)
+    np.testing.assert_array_equal(gpu.t2i, cpu.t2i)
+    metrics = ev.retrieval_metrics(image_embeddings=images, caption_embeddings=captions, caption_image_index=index,
+                                   device="cuda")
+    assert metrics == ev.retrieval_metrics(image_embeddings=images, caption_embeddings=captions,
+                                           caption_image_index=index)

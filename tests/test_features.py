@@ -534,3 +534,86 @@ def test_the_benchmark_prints_the_ratio_against_a_forward_at_torchs_default_thre
     assert f"ratio {row['ratio']:.3f}" in run.stdout
     assert "bare forward at torch's default 2 threads" in run.stdout
     assert f"ratio vs default threads {row['ratio_vs_default_threads']:.3f}" in run.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# JPEG decoding on the device (features.decode: device; pseudopairs.features.decode), run here
+# on the CPU through the same code: the file bytes decoded by torchvision in batches, resized and
+# cropped as tensors
+
+
+def make_jpegs(directory: Path, count: int, *, seed: int = 0) -> pd.DataFrame:
+    """Photo-like JPEGs (smooth colour gradients, a box, mild noise) of assorted sizes, one of them
+    greyscale, plus one PNG (decoded on the CPU in either mode)."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        h, w = int(rng.integers(40, 70)), int(rng.integers(40, 90))
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        img = rng.uniform(0, 255, 3) + yy[..., None] * rng.uniform(-2, 2, 3) + xx[..., None] * rng.uniform(-2, 2, 3)
+        img[h // 4: h // 2, w // 3: w // 2] = rng.uniform(0, 255, 3)
+        img = np.clip(img + rng.normal(0, 4, img.shape), 0, 255).astype(np.uint8)
+        image = Image.fromarray(img)
+        if i == 1:
+            image = image.convert("L")
+        path = directory / (f"img{i}.png" if i == count - 1 else f"img{i}.jpg")
+        image.save(path, **({} if path.suffix == ".png" else {"quality": 92}))
+        rows.append((f"jpg-{i}", str(path)))
+    return pd.DataFrame(rows, columns=["image_id", "path"])
+
+
+def test_the_tensor_preprocessing_is_pils_to_a_level_or_two():
+    """The decode-independent part: one decoded image resized and cropped as a tensor (the device
+    path) and as a PIL image (the CPU path) differ by at most two of 255 levels per pixel."""
+    from pseudopairs.features.decode import preprocess_tensor
+
+    rng = np.random.default_rng(3)
+    for h, w in ((50, 70), (81, 40), (36, 36)):
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        array = np.clip(rng.uniform(0, 255, 3) + yy[..., None] * 1.5 - xx[..., None]
+                        + rng.normal(0, 6, (h, w, 3)), 0, 255).astype(np.uint8)
+        pil = N.preprocess(Image.fromarray(array), resize=36, crop=32)
+        tensor = preprocess_tensor(torch.from_numpy(array).permute(2, 0, 1).contiguous(), resize=36, crop=32)
+        assert tensor.shape == pil.shape == (3, 32, 32) and tensor.dtype == torch.uint8
+        assert int((tensor.int() - pil.int()).abs().max()) <= 2
+
+
+def test_device_decoding_gives_the_cpu_paths_features_within_tolerance(tmp_path):
+    frame = make_jpegs(tmp_path / "img", 7)
+    cpu = F.extract_features(frame, settings=settings(), progress=False)
+    device = F.extract_features(frame, settings=settings(decode="device"), progress=False)
+    assert device.image_ids == cpu.image_ids == frame["image_id"].tolist()
+    a, b = cpu.features.astype(np.float64), device.features.astype(np.float64)
+    cosine = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() > 0.9999, cosine                     # measured: 1.0 to 6 digits
+    assert np.abs(a - b).max() < 5e-3 * np.abs(a).max()      # measured: 1.5e-4
+    np.testing.assert_array_equal(device.features[-1], cpu.features[-1])   # the PNG: the CPU path itself
+    assert not np.array_equal(a[:-1], b[:-1])      # the JPEGs did go through the tensor path
+    # the fingerprint tells the two apart: shards of one are not reused by the other
+    fingerprints = {F.settings_fingerprint(settings(decode=mode), device=torch.device("cpu")) for mode in ("cpu", "device")}
+    assert len(fingerprints) == 2
+
+
+def test_a_broken_jpeg_is_reported_like_the_cpu_paths(tmp_path):
+    frame = make_jpegs(tmp_path / "img", 5)
+    bad = Path(frame.loc[2, "path"])
+    bad.write_bytes(b"\xff\xd8\xff\xe0" + b"\x00not really a jpeg" * 8)   # JPEG magic, then junk
+    with pytest.raises(F.UnreadableImageError) as info:
+        F.extract_features(frame, settings=settings(decode="device"), progress=False)
+    assert frame.loc[2, "image_id"] in str(info.value) and str(bad) in str(info.value)
+    kept = F.extract_features(frame, settings=settings(decode="device", skip_unreadable=True), progress=False)
+    assert kept.image_ids == [i for k, i in enumerate(frame["image_id"]) if k != 2]
+    assert [s.image_id for s in kept.skipped] == [frame.loc[2, "image_id"]]
+    with pytest.raises(Exception, match=r"features.decode: must be one of \['cpu', 'device'\]"):
+        settings(decode="gpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="nvJPEG decoding needs a GPU")
+def test_cuda_decoding_gives_the_worker_decodings_features(tmp_path):
+    frame = make_jpegs(tmp_path / "img", 9)
+    workers = F.extract_features(frame, settings=settings(device="cuda"), progress=False)
+    nvjpeg = F.extract_features(frame, settings=settings(device="cuda", decode="device"), progress=False)
+    a, b = workers.features.astype(np.float64), nvjpeg.features.astype(np.float64)
+    cosine = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert nvjpeg.image_ids == workers.image_ids and cosine.min() > 0.999, cosine

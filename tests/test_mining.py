@@ -481,3 +481,78 @@ def test_near_ties_pick_the_float32_path_and_settle_in_bounded_memory(criterion,
     with bf16_mode(True, kernel="emulated"):
         assert context(queries, database).path == "bf16"
         assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, k=k, block_size=(16, 32)), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows and rescoring on the device (pseudopairs.similarity.device_rows): the same bits as the
+# host's, tested on CPU tensors through the code a GPU runs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_device_rows_and_cosines_are_the_hosts_bits():
+    from pseudopairs.similarity import cosine64_pairs
+    from pseudopairs.similarity.device_rows import DeviceUnitRows, device_cosine_pairs, device_unit_rows
+
+    rng = np.random.default_rng(11)
+    for dim in (12, 300, 1024):
+        x = (rng.standard_normal((40, dim)) * 10.0 ** rng.integers(-30, 30, size=(40, 1))).astype(np.float32)
+        y = rng.standard_normal((25, dim)).astype(np.float32)
+        hx, hy = unit_rows(x, name="x"), unit_rows(y, name="y")
+        dx = device_unit_rows(x, name="x", device=torch.device("cpu"))
+        dy = device_unit_rows(y, name="y", device=torch.device("cpu"))
+        assert isinstance(dx, DeviceUnitRows)
+        for host, device in ((hx, dx), (hy, dy)):
+            np.testing.assert_array_equal(device.shift, host.shift)
+            assert device.norm.tobytes() == host.norm.tobytes()
+        a, b = rng.integers(0, 40, 500), rng.integers(0, 25, 500)
+        assert device_cosine_pairs(dx, dy, a_rows=a, b_rows=b).tobytes() == \
+            cosine64_pairs(hx, hy, a_rows=a, b_rows=b).tobytes()
+        # a unit block on the device is the torch path's block from host rows
+        torch.testing.assert_close(dx.unit_block(3, 17), mn.search.UnitRowSource(hx, torch.device("cpu")).block(3, 17),
+                                   rtol=0, atol=0)
+    bad = np.ones((4, 3), dtype=np.float32)
+    bad[2] = 0
+    with pytest.raises(ValueError, match="x: row 2 is all zeros"):
+        device_unit_rows(bad, name="x", device=torch.device("cpu"))
+    bad[1, 1] = np.nan
+    with pytest.raises(ValueError, match="x: row 1 contains NaN or infinite values"):
+        device_unit_rows(bad, name="x", device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("criterion", EXACT + ("inverted_softmax", "dynamic_inverted_softmax"))
+def test_every_criterion_on_device_rows_gives_the_host_rows_bits(criterion):
+    """The exact criteria give the host engine's (numpy) bits; those with a float32-accumulated
+    normaliser (exact for that normaliser) give the torch path's bits on host rows (the normaliser
+    comes from the same float32 unit rows)."""
+    from pseudopairs.mining.search import _inputs
+    from pseudopairs.similarity.device_rows import DeviceUnitRows
+
+    for seed in range(2):
+        queries, database = near_tie_data(seed)
+        params = criteria.check_params(criterion, {"k": {"csls": 3, "margin": 2}[criterion]}
+                                       if criterion in ("csls", "margin") else {})
+        q, d = _inputs(queries, database, 1, torch.device("cpu"))
+        assert isinstance(q, DeviceUnitRows) and isinstance(d, DeviceUnitRows)
+        results = {}
+        with bf16_mode(False):
+            for name, (qq, dd) in (("device", (q, d)), ("host", (unit_rows(queries, name="q"), unit_rows(database, name="d")))):
+                ctx = SearchContext(q=qq, d=dd, device=torch.device("cpu"), rows=7, cols=11, progress=False, threads=1)
+                assert ctx.on_device == (name == "device")
+                idx, score = criteria.get(criterion).search(ctx, params)
+                results[name] = (np.asarray(idx, dtype=np.int64), np.asarray(score, dtype=np.float32))
+        assert_same(results["device"], results["host"])
+        if criterion in EXACT:
+            assert_same(results["device"], mn.nearest_neighbours(queries, database, criterion=criterion, **params))
+    # float64 rows keep the host path
+    q, _ = _inputs(queries.astype(np.float64), database, 1, torch.device("cpu"))
+    assert not isinstance(q, DeviceUnitRows)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_mining_gives_the_host_engines_bits():
+    """On a GPU: rows, rescoring and the float64 sums on the device give the CPU engine's bits."""
+    for seed in range(2):
+        queries, database = near_tie_data(seed, n=300, m=200, dim=1024)
+        for criterion, params in (("cosine", {}), ("mutual", {}), ("csls", {"k": 3}), ("margin", {"k": 2})):
+            assert_same(mn.nearest_neighbours(queries, database, criterion=criterion, device="cuda", **params),
+                        mn.nearest_neighbours(queries, database, criterion=criterion, **params))

@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from pseudopairs.calibration import calibration_errors
 from pseudopairs.cluster import placeholder_errors
 from pseudopairs.rounds import expand_rounds
 from pseudopairs.settings import PATTERN_TEXT, expand_schema
@@ -94,11 +95,12 @@ CONTRACTS = (
 
 def contract_errors(config: dict) -> list[str]:
     """Every stage's check (:data:`CONTRACTS`), then the cluster's values (``resources.slurm``:
-    an example value left in place); run once the config fits the schema."""
+    an example value left in place; ``resources.calibration``: a readable calibration file); run
+    once the config fits the schema."""
     messages = []
     for name in CONTRACTS:
         messages += importlib.import_module(name).check(config)
-    return messages + placeholder_errors(config)
+    return messages + placeholder_errors(config) + calibration_errors(config)
 
 
 _JSON_TYPES = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None),

@@ -17,9 +17,10 @@ The same mechanism declares the parameters of every registered extension (a mini
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, Callable, ClassVar, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, Sequence, TypeVar
 
 S = TypeVar("S", bound="Settings")
 
@@ -304,26 +305,96 @@ def device_setting(doc: str = "") -> Any:
     return setting("auto", kind=str, pattern=DEVICE_PATTERN, doc=f"{doc}: {text}" if doc else text)
 
 
+#: environment variables a scheduler sets in a job it gave GPUs (SLURM's, with --gpus or
+#: --gres=gpu), and ours for other schedulers: a job that has them must see a GPU
+GPU_JOB_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE", "PSEUDOPAIRS_REQUIRE_GPU")
+#: the oldest NVIDIA driver branch for each CUDA major version a torch wheel may be built with
+#: (NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility": CUDA 13.x >= 580, CUDA 12.x
+#: >= 525); the pinned torch 2.14.1 is a CUDA 13.0 build (docs/cluster.md)
+MIN_DRIVER = {"12": "525", "13": "580"}
+
+
+class NoGPUError(SettingsError):
+    """A job meant for a GPU (a scheduler gave it one, or ``cuda`` was asked for) whose library
+    sees none: a broken node, container or install, never a reason to train on the CPU."""
+
+
 def _torch_cuda_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def resolve_device(name: str, *, key: str, cuda_count: Callable[[], int] | None = None) -> str:
+def _torch_build() -> str:
+    """torch's version and the CUDA it was built with (``+cpu``: none)."""
+    import torch
+
+    cuda = torch.version.cuda
+    return f"torch {torch.__version__} (CUDA {cuda} build)" if cuda else \
+        f"torch {torch.__version__} (a CPU-only build: no CUDA)"
+
+
+def gpu_job(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why this process is a GPU job (e.g. ``SLURM_JOB_GPUS=0``: the variable a scheduler set, see
+    :data:`GPU_JOB_VARIABLES`), or None when nothing says so. SLURM's ``SLURM_JOB_GPUS`` and
+    ``SLURM_STEP_GPUS`` list the GPU indices it gave the job; ``SLURM_GPUS_ON_NODE`` and
+    ``PSEUDOPAIRS_REQUIRE_GPU`` are counts (0: none)."""
+    environ = os.environ if environ is None else environ
+    for name in GPU_JOB_VARIABLES:
+        value = str(environ.get(name, "")).strip()
+        if name in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+            given = bool(value) and value not in ("(null)", "NoDevFiles")
+        else:
+            given = value.isdigit() and int(value) > 0
+        if given:
+            return f"{name}={value}"
+    return None
+
+
+def require_gpu(name: str, *, key: str, count: int, environ: Mapping[str, str] | None = None,
+                build: Callable[[], str] | None = None) -> None:
+    """No silent CPU fallback: when this job is meant for a GPU — ``name`` asks for ``cuda`` or a
+    scheduler gave the job GPUs (:func:`gpu_job`) — and ``name`` is not ``cpu`` but ``count``
+    (the CUDA devices the step's library sees) is 0, raise :class:`NoGPUError` at once, before any
+    work, with one line naming what to check: the node's NVIDIA driver (the minimum for the
+    build), the container's ``--nv``, a CUDA build of torch."""
+    if name == "cpu" or count > 0:
+        return
+    why = f"{name} was asked for" if name.startswith("cuda") else None
+    allocation = gpu_job(environ)
+    if why is None and allocation is None:
+        return
+    why = why or f"the scheduler gave this job a GPU ({allocation})"
+    built = (build or _torch_build)()
+    cuda = re.search(r"CUDA (\d+)\.(\d+)", built)
+    driver = (f"; driver >= {MIN_DRIVER.get(cuda.group(1), '?')} for CUDA {cuda.group(1)}.{cuda.group(2)}"
+              if cuda else "")
+    raise NoGPUError(
+        f"{key}: {why}, but no CUDA device is visible to {built}: check the node's NVIDIA driver "
+        f"(nvidia-smi{driver}), run the container with --nv (apptainer) or --gpus all (docker), "
+        f"and install a CUDA build of torch (pyproject.toml's pins); nothing was run on the CPU "
+        f"instead")
+
+
+def resolve_device(name: str, *, key: str, cuda_count: Callable[[], int] | None = None,
+                   environ: Mapping[str, str] | None = None, build: Callable[[], str] | None = None) -> str:
     """The device a step runs on: ``auto`` is ``cuda`` when a CUDA device is visible, else
-    ``cpu``; ``cpu``, ``cuda`` or ``cuda:N`` are taken as asked, and asking for CUDA where there
-    is none is an error naming the config ``key``. ``cuda_count`` counts the CUDA devices the
-    step's library sees (torch's by default; CTranslate2 passes its own)."""
+    ``cpu``; ``cpu``, ``cuda`` or ``cuda:N`` are taken as asked. Asking for CUDA where there is
+    none, or ``auto`` in a job a scheduler gave a GPU that the library cannot see, is a
+    :class:`NoGPUError` naming the config ``key`` (:func:`require_gpu`: no silent CPU fallback).
+    ``cuda_count`` counts the CUDA devices the step's library sees (torch's by default;
+    CTranslate2 passes its own); ``environ`` (default ``os.environ``) and ``build`` (a description
+    of the library's build) are for tests."""
     if not isinstance(name, str) or re.fullmatch(DEVICE_PATTERN, name) is None:
         raise SettingsError(f"{key}: must be auto, cpu, cuda or cuda:N, got {name!r}")
     if name == "cpu":
         return "cpu"
     count = (cuda_count or _torch_cuda_count)()
+    if build is None and cuda_count is not None:  # another library's count (CTranslate2)
+        build = lambda: "the step's library"  # noqa: E731
+    require_gpu(name, key=key, count=count, environ=environ, build=build)
     if name == "auto":
         return "cuda" if count > 0 else "cpu"
-    if count == 0:
-        raise SettingsError(f"{key}: {name} was asked for, but no CUDA device is visible")
     index = int(name.partition(":")[2] or 0)
     if index >= count:
         raise SettingsError(f"{key}: {name} was asked for, but only {count} CUDA device(s) are "

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pseudopairs import layout
+from pseudopairs import cluster, layout
 from pseudopairs import rounds as chains_of_rounds
 from pseudopairs import seed_blocks as blocks
 from pseudopairs.data import contract as data_contract
@@ -27,8 +27,6 @@ from pseudopairs.translation import contract as translation_contract
 
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]
-RESOURCES = config["resources"]
-GPU = RESOURCES["gpu"]
 SPLITS = list(data_contract.SPLITS)
 MODELS = blocks.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
 # for `snakemake --report`: the paths that exist (a report after a partial run); else all
@@ -75,85 +73,10 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
     return call
 
 
-def mem_mb(rule):
-    """Memory of one job of ``rule`` in MB (config ``resources.mem_mb``, else its ``default``),
-    multiplied by the attempt number, so a job killed for memory and retried (``--retries``, set
-    in the SLURM profile) asks for more."""
-    megabytes = RESOURCES["mem_mb"].get(rule, RESOURCES["mem_mb"]["default"])
-    return lambda wildcards, attempt: megabytes * attempt
-
-
-def runtime(rule, *, grouped_with=(), models=1):
-    """Walltime of one job of ``rule`` in minutes (config ``resources.runtime``, else its
-    ``default``; × ``models``, the models of a stack job), multiplied by the attempt number, so a
-    job killed at its time limit and retried (``--retries``, set in the SLURM profile) asks for
-    more -- but never more than ``resources.runtime_cap``, shared with the rules ``grouped_with``
-    it in one group job (pseudopairs.cluster.walltime)."""
-    from pseudopairs.cluster import walltime
-
-    cap = RESOURCES.get("runtime_cap")
-    options = {"cap": cap, "grouped_with": grouped_with, "models": models}
-    return lambda wildcards, attempt: walltime(RESOURCES["runtime"], rule, attempt, **options)
-
-
-# config resources.slurm key -> the resource snakemake-executor-plugin-slurm turns into sbatch
-# options (profiles/README.md)
-SLURM_RESOURCES = {
-    "partition": "slurm_partition",  # -p
-    "account": "slurm_account",  # -A
-    "qos": "qos",  # --qos
-    "constraint": "constraint",  # -C
-    "gpu_model": "gpu_model",  # GPU jobs: --gpus=<model>:N
-    "gres": "gres",  # GPU jobs: --gres=<value>:N instead of --gpus=N
-    "extra": "slurm_extra",  # further sbatch options, verbatim
-}
-GPU_ONLY = ("gpu_model", "gres")
-
-
-def placement(rule, *, gpu):
-    """Where a job of ``rule`` goes on a SLURM cluster, from config ``resources.slurm``: each key
-    is one value for every job, or a mapping of ``cpu`` (CPU jobs), ``gpu`` (jobs that ask for a
-    GPU) and rule names (that rule's jobs, before either); null or absent = not set (the site's
-    default). A local run ignores these resources."""
-    placed = {}
-    for key, resource in SLURM_RESOURCES.items():
-        value = RESOURCES.get("slurm", {}).get(key)
-        if isinstance(value, dict):
-            value = value.get(rule, value.get("gpu" if gpu else "cpu"))
-        if value is not None and (gpu or key not in GPU_ONLY):
-            placed[resource] = value
-    return placed
-
-
-def job_resources(rule, *, gpu=False, placed_with=None, grouped_with=(), models=1):
-    """Everything one job of ``rule`` asks a scheduler for, from the config's ``resources``
-    section: ``resources: **job_resources("my_rule")`` in every rule (``gpu=True`` for a rule
-    whose step can use a GPU).
-
-    - ``mem_mb`` and ``runtime`` (minutes), per rule or the ``default``, × the attempt number;
-      the runtime at most ``resources.runtime_cap``, which the rules ``grouped_with`` this one
-      (the other rules of its group job, whose walltimes Snakemake adds up) share; × ``models``
-      for the jobs of a stack of that many models;
-    - ``gpu``: ``resources.gpu`` GPUs when ``gpu`` and that is above 0 (else none); where
-      ``resources.slurm.gres`` is set, ``gres=<gres>:<resources.gpu>`` instead (sites that want
-      ``--gres`` rather than ``--gpus``);
-    - the SLURM placement of :func:`placement` (partition, account, qos, constraint, GPU model,
-      extra sbatch options) of a CPU or GPU job -- looked up under the rule ``placed_with`` where
-      given: a rule whose jobs share a group job with that rule's (evaluate with train) must ask
-      for the same partition.
-
-    The rules declare these, so a profile or the command line only adds to them:
-    ``--set-resources train:mem_mb=64000`` changes train's memory and nothing else."""
-    gpus = RESOURCES["gpu"] if gpu else 0
-    walltime = runtime(rule, grouped_with=grouped_with, models=models)
-    resources = {"mem_mb": mem_mb(rule), "runtime": walltime}
-    placed = placement(placed_with or rule, gpu=gpus > 0)
-    if gpus and "gres" in placed:
-        placed["gres"] = f"{placed['gres']}:{gpus}"
-        placed.pop("gpu_model", None)  # the GRES names the GPU type
-    elif gpus:
-        resources["gpu"] = gpus
-    return {**resources, **placed}
+# What each rule asks a scheduler for (memory, walltime, GPUs, SLURM placement; calibrated from
+# measured GPU rates with resources.calibration): job_resources(rule, gpu=...) in every rule,
+# stack_resources(step, models) in the stack rules (pseudopairs.cluster).
+job_resources, stack_resources = cluster.rule_resources(config)
 
 
 def one_of(names):
@@ -167,14 +90,6 @@ def one_of(names):
 # gives Snakemake).
 
 
-def stack_resources(step, n_models):
-    """The resources of a stack's ``step`` (train or evaluate) for ``n_models`` models: its
-    walltime × the models (for training an upper bound: on a GPU a stack of S runs faster than S
-    jobs; docs/benchmarks.md), its memory as one model's (the models share the loaded data; the
-    evaluations run one after the other)."""
-    other = {"train": "evaluate", "evaluate": "train"}[step]
-    placed = {"placed_with": "train", "grouped_with": (other,), "models": n_models}
-    return job_resources(step, gpu=True, **placed)
 
 
 def truecaser_inputs():

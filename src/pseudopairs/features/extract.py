@@ -14,7 +14,9 @@ Weights (``features.weights``):
   absent; it is ignored) — the demo world's is written by ``pretrain-features``
   (:mod:`pseudopairs.features.pretraining`).
 
-Scale and faults: images are decoded, resized and cropped in DataLoader workers (uint8, so the
+Scale and faults: images are decoded, resized and cropped in DataLoader workers (or, with
+``features.decode: device``, JPEGs decoded in batches on the device: :mod:`pseudopairs.features.decode`;
+uint8, so the
 host-to-device copy is small); normalisation and the forward pass run on the device
 (``channels_last``, ``torch.inference_mode``, fp16 autocast on CUDA; ``features.threads``, if
 set, is the torch thread count for it, else see :func:`forward_threads`). Batches never cross shards. Every ``shard_size`` images
@@ -41,6 +43,7 @@ from pseudopairs import commands
 from pseudopairs.features.network import (FEATURE_DIMS, _collate, _ImageDataset, autocast_dtype,
                                           build_model, forward, forward_threads, prepare_model,
                                           resolve_device)
+from pseudopairs.features.decode import FileDataset, collate, decode_batch
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.features.shards import (Shard, _read_shard, _write_shard, file_stamps, remove_shards,
                                          settings_fingerprint)
@@ -155,7 +158,8 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
     amp_dtype = autocast_dtype(device)
     if model is None:
         model = prepare_model(build_model(settings.weights, seed=settings.seed, arch=settings.arch), device)
-    dataset = _ImageDataset(job.paths, resize=settings.resize, crop=settings.crop)
+    on_device = settings.decode == "device"  # JPEGs decoded on the device (features.decode)
+    dataset = (FileDataset if on_device else _ImageDataset)(job.paths, resize=settings.resize, crop=settings.crop)
     # Batches never cross a shard boundary and start at shard starts, so every shard is
     # computed with the same batches whether or not earlier shards were reused: a resumed
     # run gives bit-identical features (CPU kernels may round differently per batch shape).
@@ -163,7 +167,7 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
                for lo, hi in (bounds[k] for k in pending) for j in range(0, hi - lo, settings.batch_size)]
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, num_workers=settings.workers,
-        collate_fn=_collate, pin_memory=device.type == "cuda",
+        collate_fn=collate if on_device else _collate, pin_memory=device.type == "cuda" and not on_device,
         prefetch_factor=4 if settings.workers > 0 else None)
 
     # Per pending shard: extracted rows -> feature vector, skipped rows -> reason.
@@ -201,6 +205,10 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
                                           disable=not progress, dynamic_ncols=True) as bar:
             in_flight = None  # (rows, device tensor): copy back one batch late, so the GPU keeps busy
             for batch_rows, batch, failures in loader:
+                if on_device:  # the batch's file bytes -> decoded, resized, cropped there
+                    batch_rows, batch, more = decode_batch(batch_rows, batch, device=device,
+                                                           resize=settings.resize, crop=settings.crop)
+                    failures = failures + more
                 for row, kind, reason in failures:
                     where = f"image {job.ids[row]!r}: "
                     if kind == "missing":

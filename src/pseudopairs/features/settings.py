@@ -24,6 +24,10 @@ class FeatureSettings(Settings):
     batch_size: int = setting(32, kind=int, low=1, doc="images per forward batch")
     workers: int = setting(1, kind=int, low=0, doc="image decoding processes")
     device: str = device_setting()
+    decode: str = setting("cpu", kind=str, choices=("cpu", "device"),
+                          doc="where JPEGs are decoded: cpu (PIL, in the decoding processes) or device "
+                              "(torchvision.io.decode_jpeg in batches on the features device, then "
+                              "resized and cropped there; other formats stay on the CPU)")
     shard_size: int = setting(512, kind=int, low=1, doc="images per resumable shard")
     skip_unreadable: bool = setting(False, kind=bool, doc="skip undecodable images (listed beside the output)")
     threads: int | None = setting(None, kind=int, low=1, optional=True,

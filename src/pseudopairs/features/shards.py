@@ -131,6 +131,7 @@ def settings_fingerprint(settings: FeatureSettings, *, device) -> str:
         "code": _CODE_VERSION,
         "weights": weights,
         **({"arch": settings.arch} if settings.arch != "resnet50" else {}),  # resnet50 shards stay valid
+        **({"decode": settings.decode} if settings.decode != "cpu" else {}),  # so do CPU-decoded ones
         "resize": settings.resize,
         "crop": settings.crop,
         "dtype": settings.dtype,

@@ -78,14 +78,31 @@ def _block_args(block_size: Any) -> tuple[int | None, int | None]:
     return (None if rows is None else int(rows)), (None if cols is None else int(cols))
 
 
-def _inputs(queries: Any, database: Any, threads: int) -> tuple[UnitRows, UnitRows]:
-    q = check_matrix(queries, "queries")
-    d = check_matrix(database, "database")
+def _inputs(queries: Any, database: Any, threads: int, device: Any = "cpu") -> tuple[UnitRows, UnitRows]:
+    """Both sides checked and prepared for cosine scoring; on a torch device (a GPU) with rows of
+    ≤ 4-byte floats, prepared there (:mod:`pseudopairs.similarity.device_rows`: the same bits)."""
+    on_device = uses_torch(device)
+    q = check_matrix(queries, "queries", finite=not on_device)
+    d = check_matrix(database, "database", finite=not on_device)
     if q.shape[1] != d.shape[1]:
         raise ValueError(f"queries have {q.shape[1]} dimensions but database rows have {d.shape[1]}; "
                          "they must match")
+    if on_device:
+        from pseudopairs.similarity.device_rows import device_unit_rows, narrow
+
+        if narrow(q) and narrow(d):  # finiteness checked there
+            return (device_unit_rows(q, name="queries", device=device, tensor=_on(queries, device)),
+                    device_unit_rows(d, name="database", device=device, tensor=_on(database, device)))
+        q, d = check_matrix(q, "queries"), check_matrix(d, "database")  # wide rows: on the host
     return (unit_rows(q, name="queries", threads=threads, checked=True),
             unit_rows(d, name="database", threads=threads, checked=True))
+
+
+def _on(x: Any, device: Any) -> Any:
+    """``x`` itself when it is a tensor already on ``device`` (no host round trip), else None."""
+    from pseudopairs.similarity.device_rows import same_device
+
+    return x if is_tensor(x) and same_device(x.device, device) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,7 +129,10 @@ class SearchContext:
     threads: int
 
     def __post_init__(self) -> None:
+        from pseudopairs.similarity.device_rows import DeviceUnitRows
+
         self.n, self.m = self.q.n, self.d.n
+        self.on_device = isinstance(self.q, DeviceUnitRows) and isinstance(self.d, DeviceUnitRows)
         self.E32 = cosine_error_bound(self.q.dim, matmul_unit=matmul_input_unit(self.device))
         self._source = UnitRowSource(self.q, self.device)
         self._db32 = None
@@ -151,7 +171,12 @@ class SearchContext:
         return self._db32
 
     def cos_of(self, lines_q: np.ndarray, lines_d: np.ndarray) -> np.ndarray:
-        """Exact float64 cosines of the pairs (query ``lines_q[i]``, database ``lines_d[i]``)."""
+        """Exact float64 cosines of the pairs (query ``lines_q[i]``, database ``lines_d[i]``); on the
+        device when the rows are there (the same bits)."""
+        if self.on_device:
+            from pseudopairs.similarity.device_rows import device_cosine_pairs
+
+            return device_cosine_pairs(self.q, self.d, a_rows=lines_q, b_rows=lines_d)
         return cosine64_pairs(self.q, self.d, a_rows=lines_q, b_rows=lines_d, threads=self.threads)
 
     def cos_of_columns(self, lines_d: np.ndarray, lines_q: np.ndarray) -> np.ndarray:
@@ -353,7 +378,7 @@ def nearest_neighbours(queries, database, *, criterion=criteria_registry.DEFAULT
     threads = cpu_threads()
     spec = criteria_registry.get(criterion)
     dev = engine_device(device, queries, database)
-    q, d = _inputs(queries, database, threads)
+    q, d = _inputs(queries, database, threads, dev)
     values = {**params, **{key: v for key, v in (("k", k), ("beta", beta)) if v is not None}}
     values = criteria_registry.check_params(criterion, values, n_queries=q.n, n_database=d.n)
     rows_wanted, cols_wanted = _block_args(block_size)

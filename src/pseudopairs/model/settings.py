@@ -18,6 +18,8 @@ IMAGE_NORMALIZATIONS = ("raw", "l2", "standardize")
 STACK_COMPUTE = ("auto", "batched", "separate")
 # How the sampled objective picks a c2i update's data (training.c2i_sampling; model/batches.py).
 C2I_SAMPLING = ("dataset", "language")
+# The batched products of a batched stack (training.stack_precision).
+STACK_PRECISIONS = ("float32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,19 @@ class TrainingSettings(Settings):
                                 doc="a batched stack on a GPU replays each update as a CUDA graph "
                                     "captured once per shape (model/stack_graph.py; the host no "
                                     "longer dispatches every kernel); no effect on the CPU")
+    stack_precision: str = setting("float32", kind=str, choices=STACK_PRECISIONS,
+                                   doc="the batched products of a batched stack (input projections, "
+                                       "image layer, the GRU recurrence): float32, or bf16 inputs as "
+                                       "torch.autocast rounds them (state, gates, losses and Adam stay "
+                                       "float32; measured against the seeds' noise in docs/benchmarks.md)")
+    stack_compile: bool = setting(False, kind=bool,
+                                  doc="a batched stack's GRU elementwise work as torch.compile'd kernels "
+                                      "(one per forward step, one for the backward's factor blocks; "
+                                      "model/stacked_gru.py); the first update of a process compiles them")
+    pinned_memory: bool = setting(False, kind=bool,
+                                  doc="a batched stack on a GPU copies each update's batches to the "
+                                      "device through pinned host buffers (asynchronous copies); no "
+                                      "effect on the CPU, not part of a run's identity")
     tf32: bool = setting(False, kind=bool,
                          doc="let float32 matrix products use TF32 on a GPU (faster; measured against "
                              "the seeds' noise in docs/benchmarks.md)")

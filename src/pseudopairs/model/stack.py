@@ -80,6 +80,12 @@ class StackedRankingModel(nn.Module):
         # on a GPU, the GRU step's gates go through PyTorch's fused GRU-cell kernel (the one
         # nn.GRUCell uses there; the same formula); False: the step written out op by op
         self.fused_cell = True
+        # training.stack_precision: "bf16" runs the batched products (input projections, image
+        # layer, the recurrence) on bfloat16 inputs, as torch.autocast does; training.stack_compile:
+        # the GRU's elementwise work as compiled kernels (model/stacked_gru.py). Both off: float32,
+        # op by op, equal to separate training
+        self.precision = "float32"
+        self.compile = False
         self.vocab_sizes = [m.vocab_size for m in models]
         self.padded_vocab = max(self.vocab_sizes)
         self.weights = nn.ParameterDict()
@@ -139,8 +145,12 @@ class StackedRankingModel(nn.Module):
 
     # ---- the forward pass --------------------------------------------------------------------
 
+    def _products(self, device: torch.device):
+        """The context of the batched products: bf16 autocast with ``precision`` bf16, else none."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+
     def _joint(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.normalize(x, dim=-1)
+        x = F.normalize(x.float() if self.precision == "bf16" else x, dim=-1)
         return x.abs() if self.nonnegative else x
 
     def _of(self, name: str, models: torch.Tensor | None) -> torch.Tensor:
@@ -157,8 +167,9 @@ class StackedRankingModel(nn.Module):
         if self.image_normalization == "l2":
             features = F.normalize(features, dim=-1)
         features = (features - self._of("image_mean", models)[:, None, :]) / self._of("image_scale", models)[:, None, :]
-        projected = torch.baddbmm(self._of("image_projection.bias", models)[:, None, :], features,
-                                  weight.transpose(1, 2))
+        with self._products(weight.device):
+            projected = torch.baddbmm(self._of("image_projection.bias", models)[:, None, :], features,
+                                      weight.transpose(1, 2))
         return self._joint(projected)
 
     def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor,
@@ -174,14 +185,16 @@ class StackedRankingModel(nn.Module):
         embedded = F.embedding(tokens.to(device) + offsets, flat)             # (S, R, T, E)
         w_ih, w_hh = self._of("gru.weight_ih_l0", models), self._of("gru.weight_hh_l0", models)
         b_ih, b_hh = self._of("gru.bias_ih_l0", models), self._of("gru.bias_hh_l0", models)
-        gates_in = torch.baddbmm(b_ih[:, None, :], embedded.reshape(n_models, rows * steps, -1),
-                                 w_ih.transpose(1, 2)).reshape(n_models, rows, steps, -1)
-        gates_in = gates_in.permute(2, 0, 1, 3).contiguous()                  # (T, S, R, 3H)
+        with self._products(device):
+            gates_in = torch.baddbmm(b_ih[:, None, :], embedded.reshape(n_models, rows * steps, -1),
+                                     w_ih.transpose(1, 2)).reshape(n_models, rows, steps, -1)
+        gates_in = gates_in.permute(2, 0, 1, 3).to(w_hh.dtype).contiguous()  # (T, S, R, 3H)
         lengths = lengths.to(device)
         # the masked recurrence as one autograd Function with a hand-written backward (one
         # weight-gradient product over all steps); on CUDA with fused_cell its forward's gates go
         # through PyTorch's fused GRU-cell kernel
-        hidden = stacked_gru(gates_in, lengths, w_hh, b_hh, fused=self.fused_cell and device.type == "cuda")
+        hidden = stacked_gru(gates_in, lengths, w_hh, b_hh, fused=self.fused_cell and device.type == "cuda",
+                             compile=self.compile, low=self.precision == "bf16")
         return self._joint(hidden)
 
 

@@ -43,6 +43,49 @@ log = logging.getLogger(__name__)
 STEP_BUCKET = 2
 
 
+class PinnedStaging:
+    """Host-to-device copies of an update's inputs through host buffers kept per shape key —
+    pinned (page-locked) on a GPU, so that each copy is asynchronous (a copy from pageable memory
+    is staged through a driver buffer, synchronously) and the host goes on drawing the next
+    batches while the device copies and computes (``training.pinned_memory``).
+
+    A key's buffers are reused by every update of that key: before they are overwritten, the
+    event recorded after their last copies is waited for (by then long finished: the device ran
+    the whole update since). Off a GPU (``pin=False``) the same code copies synchronously through
+    ordinary buffers — the path the CPU tests run."""
+
+    def __init__(self, device: torch.device, *, pin: bool | None = None) -> None:
+        self.device = torch.device(device)
+        self.pin = self.device.type == "cuda" if pin is None else bool(pin)
+        self._buffers: dict[tuple, dict[str, torch.Tensor]] = {}
+        self._done: dict[tuple, object] = {}
+        self.waits = 0  # events waited for before a reuse (read by the tests)
+
+    def copy(self, key: tuple, host: dict[str, torch.Tensor], targets: dict[str, torch.Tensor]) -> None:
+        """Copy each ``host[name]`` into the device tensor ``targets[name]`` (same shape and
+        dtype) through key ``key``'s host buffers."""
+        buffers = self._buffers.get(key)
+        if buffers is None:
+            buffers = {name: torch.empty(value.shape, dtype=value.dtype, pin_memory=self.pin)
+                       for name, value in host.items()}
+            self._buffers[key] = buffers
+        done = self._done.pop(key, None)
+        if done is not None:
+            done.synchronize()
+            self.waits += 1
+        for name, value in host.items():
+            buffers[name].copy_(value)
+            targets[name].copy_(buffers[name], non_blocking=self.pin)
+        if self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+            self._done[key] = event
+
+    def clear(self) -> None:
+        self._buffers.clear()
+        self._done.clear()
+
+
 class StaticStackUpdate:
     """One update of every model of ``stack`` (as :func:`~pseudopairs.model.stack.stacked_update`:
     each model's batch, drawn by its own trainer, one batched forward and backward, per-model
@@ -51,7 +94,7 @@ class StaticStackUpdate:
 
     def __init__(self, stack: StackedRankingModel, optimizer: StackedAdam, *, margin: float,
                  max_violation: bool, grad_clip: float, similarity: str = "cosine",
-                 graphs: bool = True) -> None:
+                 graphs: bool = True, pinned: bool = False) -> None:
         if similarity != "cosine":
             raise ValueError(f"StaticStackUpdate: similarity {similarity!r} (the batched loss is cosine)")
         self.stack, self.optimizer = stack, optimizer
@@ -60,11 +103,15 @@ class StaticStackUpdate:
         self._entries: dict[tuple, dict] = {}
         self._pool = None
         self.captures = self.replays = 0  # graphs captured and replayed (read by tests and the benchmark)
+        # training.pinned_memory: a replay's inputs through pinned host buffers (GPU only)
+        self.staging = PinnedStaging(stack.device) if pinned and self.graphs else None
 
     def reset(self) -> None:
         """Forget every captured graph and buffer (the stack's tensors were replaced)."""
         self._entries.clear()
         self._pool = None
+        if self.staging is not None:
+            self.staging.clear()
 
     # ---- host side ----------------------------------------------------------------------------
 
@@ -126,8 +173,11 @@ class StaticStackUpdate:
             if not self.graphs:
                 return self._step(inputs)
             return self._first(key, inputs)
-        for name, value in host.items():
-            entry["inputs"][name].copy_(value, non_blocking=True)
+        if self.staging is not None:
+            self.staging.copy(key, host, entry["inputs"])
+        else:
+            for name, value in host.items():
+                entry["inputs"][name].copy_(value, non_blocking=True)
         entry["graph"].replay()
         self.replays += 1
         return entry["losses"].clone()

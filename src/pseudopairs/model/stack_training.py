@@ -42,7 +42,7 @@ from pseudopairs.model.settings import check_settings
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
 from pseudopairs.model.stack_graph import StaticStackUpdate
 from pseudopairs.model.training import LOSS_READBACK_EVERY, _Run, cli_settings, summary_line
-from pseudopairs.settings import resolve_device
+from pseudopairs.settings import SettingsError, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,18 @@ def stack_compute(settings: dict, *, device: str, n_models: int) -> str:
     return choice
 
 
+def check_compiler() -> None:
+    """``training.stack_compile`` builds kernels with a C compiler (inductor's C++ on the CPU,
+    Triton's launchers on a GPU): say at once when the node has none, not at the first update."""
+    import os
+    import shutil
+
+    if not any(shutil.which(name) for name in (os.environ.get("CC", "cc"), "gcc", "clang")):
+        raise SettingsError("training.stack_compile: torch.compile needs a C compiler (cc, gcc or clang) "
+                            "on the node and none is on PATH (the workflow's container image has none): "
+                            "install one, or set training.stack_compile: false")
+
+
 class _StackLoop:
     """The update loop of a batched stack over the unfinished runs."""
 
@@ -71,6 +83,10 @@ class _StackLoop:
         self.options = {"margin": settings["margin"], "max_violation": settings["max_violation"],
                         "grad_clip": settings["grad_clip"], "similarity": settings["similarity"]}
         self.stack = StackedRankingModel([r.model for r in self.runs])
+        self.stack.precision = settings["stack_precision"]
+        self.stack.compile = settings["stack_compile"]
+        if self.stack.compile:
+            check_compiler()
         self.optimizer = StackedAdam(self.stack.parameters_in_order(), lr=settings["learning_rate"])
         for s, run in enumerate(self.runs):  # resumed runs bring their Adam state
             self.optimizer.load_torch_state(s, run.trainer.optimizer.state_dict())
@@ -78,7 +94,8 @@ class _StackLoop:
         # on a GPU, each update replayed as a CUDA graph (training.cuda_graphs; stack_graph)
         self.graphed = None
         if settings["cuda_graphs"] and self.stack.device.type == "cuda" and settings["similarity"] == "cosine":
-            self.graphed = StaticStackUpdate(self.stack, self.optimizer, **self.options)
+            self.graphed = StaticStackUpdate(self.stack, self.optimizer, pinned=settings["pinned_memory"],
+                                             **self.options)
 
     def _state_of(self, run: _Run):
         groups = run.trainer.optimizer.state_dict()["param_groups"]

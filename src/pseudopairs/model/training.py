@@ -91,7 +91,8 @@ LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
 LOSS_READBACK_EVERY = 50
 # Settings that do not change the result of a (CPU) run, so a resumed run may differ in them
 # (how a job groups its seeds does not; how it computes them is in the run key as "compute").
-_RUN_NEUTRAL_SETTINGS = ("device", "threads", "stack", "stack_compute", "cuda_graphs", "resume_every")
+_RUN_NEUTRAL_SETTINGS = ("device", "threads", "stack", "stack_compute", "cuda_graphs", "resume_every",
+                         "pinned_memory")
 
 
 # --------------------------------------------------------------------------------------------

@@ -100,6 +100,11 @@ class UnitRowSource(RowSource):
     def block(self, start: int, stop: int) -> Any:
         if not uses_torch(self.device):
             return unit_block32(self.rows, start, stop)
+        if getattr(self.rows, "data", None) is not None:
+            from pseudopairs.similarity.device_rows import same_device
+
+            if same_device(self.rows.data.device, self.device):
+                return self.rows.unit_block(start, stop)  # rows already on the device (device_rows)
         import torch
 
         raw = torch.as_tensor(np.ascontiguousarray(self.rows.raw[start:stop])).to(self.device)

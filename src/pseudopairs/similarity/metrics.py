@@ -79,7 +79,48 @@ def _metrics_of(ranks_function, doc: str):
     return metrics
 
 
-retrieval_metrics = _metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
+def metrics_of_counts(i2t: torch.Tensor, i2t_rows: torch.Tensor, t2i: torch.Tensor) -> dict[str, float]:
+    """:func:`metrics_from_ranks` of rank tensors on a device (the I→T ranks of the query images
+    ``i2t_rows``): the recalls and medians computed there, the same numbers (integer counts, then
+    the same float arithmetic); only the floats come back."""
+    out: dict[str, float] = {}
+    for direction, ranks in (("i2t", i2t[i2t_rows]), ("t2i", t2i)):
+        n = int(ranks.numel())
+        if n == 0:
+            raise ValueError(f"{direction}: no queries")
+        counts = torch.stack([(ranks < k).sum() for k in RECALL_KS]).tolist()
+        for k, count in zip(RECALL_KS, counts):
+            out[f"{direction}_r{k}"] = float(100.0 * count / n)
+        middle = torch.sort(ranks).values[[(n - 1) // 2, n // 2]].tolist()
+        out[f"{direction}_medr"] = float(np.floor(np.median(np.asarray(middle, dtype=np.int64))) + 1)
+    out["rsum"] = float(sum(out[key] for key in RECALL_KEYS))
+    out["mean_recall"] = mean_recall(out)
+    return {key: out[key] for key in METRIC_KEYS}
+
+
+def _on_the_device(ranks_metrics):
+    """``ranks_metrics`` (the metrics of :func:`retrieval_ranks`), except on a GPU with the cosine:
+    the ranks are counted and the metrics computed on the device
+    (:mod:`pseudopairs.similarity.device_ranks`), only the metrics come back (the same numbers)."""
+
+    @functools.wraps(ranks_metrics)
+    def metrics(**kwargs: Any) -> dict[str, float]:
+        from pseudopairs.similarity.arrays import engine_device, uses_torch
+        from pseudopairs.similarity.ranks import _validate_retrieval_inputs, device_retrieval_counts
+
+        images, captions = kwargs.get("image_embeddings"), kwargs.get("caption_embeddings")
+        device = engine_device(kwargs.get("device"), images, captions)
+        if not uses_torch(device) or kwargs.get("similarity", "cosine") != "cosine":
+            return ranks_metrics(**kwargs)
+        index = _validate_retrieval_inputs(images, captions, kwargs.get("caption_image_index"), finite=False)
+        i2t, rows, t2i = device_retrieval_counts(images, captions, index, device=device,
+                                                 block_size=kwargs.get("block_size"))
+        return metrics_of_counts(i2t, rows, t2i)
+
+    return metrics
+
+
+retrieval_metrics = _on_the_device(_metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, median ranks, rsum and mean recall (plain floats) — vectorised.
 
     ``image_embeddings`` (n_images × d) and ``caption_embeddings`` (n_captions × d): numpy arrays
     or torch tensors, rows L2-normalised (similarity = dot product). ``caption_image_index[k]`` =
@@ -87,8 +128,9 @@ retrieval_metrics = _metrics_of(retrieval_ranks, """I→T and T→I R@1/5/10, me
     captions — images with none are T→I candidates only, not I→T queries. ``similarity``: the
     registered function to rank with (``order``: the model's non-negative rows, image = ``v``).
     Keyword arguments only (those of :func:`pseudopairs.similarity.ranks.retrieval_ranks`:
-    ``device``, ``block_size``, ``progress``, ``similarity``).
-    """)
+    ``device``, ``block_size``, ``progress``, ``similarity``). On a GPU (cosine) the ranks are
+    counted and the metrics computed on the device; only the metrics come back.
+    """))
 
 retrieval_metrics_reference = _metrics_of(
     retrieval_ranks_reference,

@@ -34,7 +34,11 @@ float32 error of the entry and the threshold plus the float64 error
 it are not, and the rare entries inside it (beyond the correct one) are settled in float64 with
 the exact routine. Where :func:`pseudopairs.similarity.bf16_enabled` says so (a CPU with a
 bfloat16 dot-product unit, a GPU with bf16 tensor cores) the GEMM runs on rows rounded to bfloat16
-instead, with windows from its own proven bound (:func:`_candidate_gemm`): the same ranks, faster. :func:`retrieval_ranks_reference` is a plain per-query loop over exact float64
+instead, with windows from its own proven bound (:func:`_candidate_gemm`): the same ranks, faster.
+On a GPU the whole count runs there (:mod:`pseudopairs.similarity.device_ranks`: the float64
+settling in numpy's summation order on the device, so the same bits and ranks; only the counts,
+or with :func:`~pseudopairs.similarity.metrics.retrieval_metrics` the metrics, come back).
+:func:`retrieval_ranks_reference` is a plain per-query loop over exact float64
 scores (sort the candidates, find the correct one) kept to check it.
 
 Other similarities: ``similarity=NAME`` (a registered function,
@@ -399,12 +403,35 @@ def retrieval_ranks(
                                block_size=block_size, progress=progress)
 
 
-def _retrieval_ranks_on(image_embeddings, caption_embeddings, index, *, device, block_size=None,
-                        progress=False) -> RetrievalRanks:
-    """:func:`retrieval_ranks` on an engine device (``"cpu"`` = numpy, or a ``torch.device`` —
-    which may be the CPU, to test the torch code without a GPU); inputs already validated."""
+def device_retrieval_counts(image_embeddings, caption_embeddings, index, *, device, block_size=None):
+    """The device engine (:mod:`pseudopairs.similarity.device_ranks`) on validated inputs:
+    ``(I→T count per image row, the query image rows, T→I count per caption)`` as tensors on
+    ``device``."""
+    from pseudopairs.similarity.device_ranks import device_rank_counts
+
     if block_size is not None and int(block_size) < 1:
         raise ValueError(f"block_size must be a positive number of rows, got {block_size}")
+    i2t_all, t2i = device_rank_counts(image_embeddings, caption_embeddings, index, device=device,
+                                      block_rows=block_size)
+    query_rows = torch.nonzero(torch.bincount(torch.as_tensor(index, device=i2t_all.device),
+                                              minlength=i2t_all.shape[0]) > 0).flatten()
+    return i2t_all, query_rows, t2i
+
+
+def _retrieval_ranks_on(image_embeddings, caption_embeddings, index, *, device, block_size=None,
+                        progress=False, settle="device") -> RetrievalRanks:
+    """:func:`retrieval_ranks` on an engine device (``"cpu"`` = numpy, or a ``torch.device`` —
+    which may be the CPU, to test the torch code without a GPU); inputs already validated. On a
+    torch device everything runs there (``settle="device"``:
+    :mod:`pseudopairs.similarity.device_ranks`); ``settle="host"`` keeps the GEMM there and
+    settles on the CPU (the engine before; for the benchmark's comparison)."""
+    if block_size is not None and int(block_size) < 1:
+        raise ValueError(f"block_size must be a positive number of rows, got {block_size}")
+    if uses_torch(device) and settle == "device":
+        i2t_all, query_rows, t2i = device_retrieval_counts(image_embeddings, caption_embeddings, index,
+                                                           device=device, block_size=block_size)
+        rows = query_rows.cpu().numpy()
+        return RetrievalRanks(i2t=i2t_all.cpu().numpy()[rows], i2t_image_rows=rows, t2i=t2i.cpu().numpy())
     images = _embeddings(image_embeddings, device, "image_embeddings")
     captions = _embeddings(caption_embeddings, device, "caption_embeddings")
     with torch.no_grad():
@@ -487,9 +514,17 @@ def translation_ranks(
     return _translation_ranks_on(source_embeddings, target_embeddings, device=dev, block_size=block_size)
 
 
-def _translation_ranks_on(source_embeddings, target_embeddings, *, device, block_size=None) -> np.ndarray:
+def _translation_ranks_on(source_embeddings, target_embeddings, *, device, block_size=None,
+                          settle="device") -> np.ndarray:
     if block_size is not None and int(block_size) < 1:
         raise ValueError(f"block_size must be a positive number of rows, got {block_size}")
+    if uses_torch(device) and settle == "device":
+        from pseudopairs.similarity.device_ranks import device_rank_counts
+
+        n = int(source_embeddings.shape[0])
+        ranks, _ = device_rank_counts(source_embeddings, target_embeddings, np.arange(n), device=device,
+                                      columns=False, block_rows=block_size)
+        return ranks.cpu().numpy()
     source = _embeddings(source_embeddings, device, "source_embeddings")
     target = _embeddings(target_embeddings, device, "target_embeddings")
     n = source.raw.shape[0]

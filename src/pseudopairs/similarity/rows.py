@@ -66,9 +66,9 @@ class UnitRows:
         return int(self.raw.shape[1])
 
 
-def check_matrix(x: Any, name: str) -> np.ndarray:
+def check_matrix(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
     """``x`` as a 2-D numpy array of finite real numbers with at least one row and one column;
-    ValueError naming ``name`` otherwise."""
+    ValueError naming ``name`` otherwise (``finite=False``: the caller checks finiteness)."""
     if is_tensor(x):
         if x.ndim != 2:
             raise ValueError(f"{name}: expected a 2-D matrix (rows × dims), got shape {tuple(x.shape)}")
@@ -86,7 +86,7 @@ def check_matrix(x: Any, name: str) -> np.ndarray:
         raise ValueError(f"{name}: no rows (shape {arr.shape})")
     if arr.shape[1] == 0:
         raise ValueError(f"{name}: rows have no dimensions (shape {arr.shape})")
-    if arr.dtype.kind == "f":
+    if finite and arr.dtype.kind == "f":
         for s in range(0, arr.shape[0], 4096):
             bad = ~np.isfinite(arr[s: s + 4096]).all(axis=1)
             if bad.any():
