@@ -6,7 +6,7 @@
 A learnable synthetic world (each image a draw of five attributes; its features the sum of one
 random 2048-d vector per attribute value plus noise; five English and five German captions per
 image naming the attributes with templates) written to a temporary directory, then the
-pipeline's own steps: ``train`` (each seed a job of its own) and ``train-stack`` (the seeds as one
+pipeline's own steps: ``train`` (each seed a job of its own) and ``train`` of a block (the seeds as one
 batched stack), same settings, no early stopping (``max_updates`` updates, validation every
 ``--validate-every``). It prints the validation curves of both, at each validation the largest
 difference between a model's stacked and separate run and the seeds' standard deviation there
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ import pandas as pd
 
 from pseudopairs.data.vocab import build_vocabulary
 from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
+from pseudopairs.model.job import RunSettings
 from pseudopairs.model.stack_training import train_stack
 from pseudopairs.model.training import train
 from pseudopairs.settings import resolve_device
@@ -50,8 +52,8 @@ TEMPLATES = {
     "de": ["ein {size} {colour} {kind} {action} im {place}", "der {colour} {kind} {action}",
            "ein {kind} im {place}", "{size} {kind} {action} am {place}", "ein {colour} {kind}"],
 }
-PRESETS = {"paper": {"embedding_dim": 300, "joint_dim": 1024, "batch_size": 128},
-           "demo": {"embedding_dim": 64, "joint_dim": 256, "batch_size": 64}}
+PRESETS = {"paper": ({"batch_size": 128}, {"embedding_dim": 300, "joint_dim": 1024}),
+           "demo": ({"batch_size": 64}, {"embedding_dim": 64, "joint_dim": 256})}
 
 
 def write_world(root: Path, *, n_train: int, n_val: int, seed: int = 0) -> dict:
@@ -113,10 +115,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     device = resolve_device(args.device, key="--device")
-    settings = {**PRESETS[args.preset], "learning_rate": 2e-4, "grad_clip": 2.0, "margin": 0.2,
-                "max_violation": True, "c2c_probability": 0.5, "validate_every": args.validate_every,
-                "patience": 10**6, "max_updates": args.updates, "device": device,
-                "threads": args.threads, "image_normalization": "l2"}
+    training, model = PRESETS[args.preset]
+    settings = RunSettings.from_dict({
+        "training": {**training, "learning_rate": 2e-4, "grad_clip": 2.0, "margin": 0.2,
+                     "max_violation": True, "c2c_probability": 0.5, "validate_every": args.validate_every,
+                     "patience": 10**6, "max_updates": args.updates, "device": device,
+                     "threads": args.threads},
+        "model": {**model, "image_normalization": "l2"}})
     seeds = list(range(1, args.seeds + 1))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -135,10 +140,11 @@ def main() -> None:
                     + ([("stacked-compiled", False, True, "float32", True)] if args.compile else []))
         for name, tf32, graphs, precision, compiled in variants:
             start = time.perf_counter()
+            variant = replace(settings, training=replace(
+                settings.training, stack_compute="batched", tf32=tf32, cuda_graphs=graphs,
+                stack_precision=precision, stack_compile=compiled))
             train_stack(jobs=[{"seed": s, "spec": spec, "out_dir": str(root / name / f"seed{s}")}
-                              for s in seeds], settings={**settings, "stack_compute": "batched", "tf32": tf32,
-                                                         "cuda_graphs": graphs, "stack_precision": precision,
-                                                         "stack_compile": compiled})
+                              for s in seeds], settings=variant)
             print(f"{name:16s} : {time.perf_counter() - start:7.1f} s")
         separate = np.array([curve(root / "separate" / f"seed{s}") for s in seeds])
         noise = separate.std(axis=0, ddof=1) if len(seeds) > 1 else np.full(separate.shape[1], np.nan)

@@ -43,6 +43,7 @@ from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, TokenTable
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stacked_update
 from pseudopairs.model.stack_graph import StaticStackUpdate
 from pseudopairs.model.training import LOSS_READBACK_EVERY, Trainer
+from pseudopairs.model.settings import TrainingSettings
 from pseudopairs.settings import resolve_device
 
 PRESETS = {
@@ -74,8 +75,9 @@ def make_trainer(preset: dict, device: torch.device, data, seed: int = 0) -> Tra
     torch.manual_seed(seed)
     model = RankingModel(VOCAB, embedding_dim=preset["embedding_dim"], joint_dim=preset["joint_dim"],
                          image_dim=IMAGE_DIM).to(device)
-    settings = {"batch_size": preset["batch_size"], "learning_rate": 2e-4, "grad_clip": 2.0,
-                "margin": 0.2, "max_violation": True, "c2c_probability": 0.5, "similarity": "cosine"}
+    settings = TrainingSettings(batch_size=preset["batch_size"], learning_rate=2e-4, grad_clip=2.0,
+                                margin=0.2, max_violation=True, c2c_probability=0.5, validate_every=500,
+                                patience=10, max_updates=10**6)
     c2i, c2c = data
     return Trainer(model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
 

@@ -38,6 +38,7 @@ from pseudopairs.model.encode import encode_image_features, encode_token_table, 
 from pseudopairs.model.encoders import RankingModel  # noqa: E402
 from pseudopairs.model.inputs import load_data, run_vocabulary  # noqa: E402
 from pseudopairs.model.training import Trainer  # noqa: E402
+from pseudopairs.model.settings import TrainingSettings  # noqa: E402
 from pseudopairs.settings import resolve_device  # noqa: E402
 
 def validate_on_host(model, sets) -> float:
@@ -91,8 +92,9 @@ def main() -> None:
     torch.manual_seed(0)
     model = RankingModel(len(vocab), embedding_dim=preset["embedding_dim"], joint_dim=preset["joint_dim"],
                          image_dim=image_dim, image_normalization="l2").to(device)
-    settings = {"batch_size": preset["batch_size"], "learning_rate": 2e-4, "grad_clip": 2.0,
-                "margin": 0.2, "max_violation": True, "c2c_probability": 0.5, "similarity": "cosine"}
+    settings = TrainingSettings(batch_size=preset["batch_size"], learning_rate=2e-4, grad_clip=2.0,
+                                margin=0.2, max_violation=True, c2c_probability=0.5, validate_every=500,
+                                patience=10, max_updates=10**6)
     trainer = Trainer(model, c2i=c2i, c2c=c2c, settings=settings, seed=0, device=device)
     run_real(trainer, args.train)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"

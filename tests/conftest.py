@@ -48,3 +48,14 @@ def paper_dry_run(tmp_path: Path, *targets: str) -> subprocess.CompletedProcess:
     site.write_text(f"paper_data: {{flickr30k_images: {flickr}}}\n")
     return run_snakemake(tmp_path, "-n", "-p", "--cores", "8", *targets,
                          "--configfile", str(REPO / "config" / "paper.yaml"), str(site))
+
+
+def run_settings(flat: dict) -> dict:
+    """A test's flat settings as a run's ``{"training": {…}, "model": {…}}`` (the JSON of
+    :class:`pseudopairs.model.job.RunSettings`): each key goes to the section whose settings class
+    declares it (a key neither declares stays in ``training``, whose class then names it)."""
+    from pseudopairs.model.settings import ModelSettings
+
+    model_keys = set(ModelSettings.__dataclass_fields__)
+    return {"training": {k: v for k, v in flat.items() if k not in model_keys},
+            "model": {k: v for k, v in flat.items() if k in model_keys}}

@@ -125,9 +125,9 @@ rule features:
     wildcards: corpus=coco, split=train
     resources: tmpdir=/tmp, mem_mb=8500, runtime=5, gpu=1
 Group job stack_de.seeds1-3 (jobs in lexicogr. order):
-    rule evaluate_stack_de_seeds1_3:
+    rule evaluate_stack_seeds1_3:
         resources: tmpdir=/tmp, mem_mb=7000, runtime=5, gpu=1
-    rule train_stack_de_seeds1_3:
+    rule train_stack_seeds1_3:
         resources: tmpdir=/tmp, mem_mb=9500, runtime=15, gpu=1
 rule mine:
     wildcards: pseudopairs=de_coco.sinkhorn, seed=1
@@ -140,10 +140,11 @@ localrule table:
 def test_a_dry_runs_gpu_hours_against_the_estimate_by_hand():
     jobs = cal.dry_run_jobs(DRY_RUN)
     assert [(j.rule, j.group, j.gpus, j.minutes) for j in jobs] == [
-        ("features", None, 1, 5), ("evaluate_stack_de_seeds1_3", "stack_de.seeds1-3", 1, 5),
-        ("train_stack_de_seeds1_3", "stack_de.seeds1-3", 1, 15), ("mine", None, 2, 7), ("table", None, 0, 60)]
+        ("features", None, 1, 5), ("evaluate_stack_seeds1_3", "stack_de.seeds1-3", 1, 5),
+        ("train_stack_seeds1_3", "stack_de.seeds1-3", 1, 15), ("mine", None, 2, 7), ("table", None, 0, 60)]
     assert jobs[3].wildcards == {"pseudopairs": "de_coco.sinkhorn", "seed": "1"}
-    assert cal.job_kind("train_stack_de_coco_c2c_seeds4_10") == ("train", 7)
+    assert cal.job_kind("train_stack_seeds4_10") == ("train", 7)
+    assert cal.job_kind("translate_augment") == ("translate", 1) and cal.job_kind("table") is None
     assert cal.job_kind("translate_clc") == ("translate", 1) and cal.job_kind("table") is None
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
                                       REPO / "config" / "paper.yaml"))
@@ -229,12 +230,12 @@ def test_the_demo_asks_what_it_asked_before(tmp_path):
 
     with parsed_workflow(tmp_path, []) as workflow:
         rules = {rule.name: rule for rule in workflow.rules}
-        block, none = Wildcards(fromdict={}), Wildcards(fromdict={})
-        want = {"train_stack_en_seeds1_3": (3000, 90), "evaluate_stack_en_seeds1_3": (2000, 90),
-                "train_stack_en_seeds4_5": (3000, 60), "features": (4000, 30), "table": (2000, 30)}
+        block, none = Wildcards(fromdict={"experiment": "en"}), Wildcards(fromdict={})
+        want = {"train_stack_seeds1_3": (3000, 90), "evaluate_stack_seeds1_3": (2000, 90),
+                "train_stack_seeds4_5": (3000, 60), "features": (4000, 30), "table": (2000, 30)}
         for name, (memory, minutes) in want.items():
             got = rules[name].expand_resources(none if name == "table" else block, InputFiles(), 1)
             assert (got["mem_mb"], got["runtime"]) == (memory, minutes), name
             assert "gpu" not in got and "gres" not in got, name
-        retry = rules["train_stack_en_seeds1_3"].expand_resources(block, InputFiles(), 2)
+        retry = rules["train_stack_seeds1_3"].expand_resources(block, InputFiles(), 2)
         assert (retry["mem_mb"], retry["runtime"]) == (6000, 180)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_settings
 from pseudopairs import cli
 from pseudopairs.settings import NoGPUError, gpu_job, resolve_device
 
@@ -64,20 +64,24 @@ def gpu_node_without_gpu(monkeypatch):
     monkeypatch.setattr("pseudopairs.settings._torch_cuda_count", NONE)
 
 
-@pytest.mark.parametrize("command", [
-    ["evaluate", "--checkpoint", "c.pt", "--vocab", "v.json", "--spec", "{}", "--experiment", "e",
-     "--seed", "1", "--output", "OUT"],
-    ["evaluate-stack", "--models", '{"1": {"checkpoint": "c.pt", "vocab": "v.json", "output": "OUT"}}',
-     "--spec", "{}", "--experiment", "e"],
-    ["evaluate-clc", "--checkpoint", "c.pt", "--vocab", "v.json", "--spec", "{}", "--experiment", "e",
-     "--seed", "1", "--output", "OUT"],
+_JOB = ('{"experiment": "e", "device": "auto", "threads": 1, "data": {"captions": "c.parquet", '
+        '"features": "f.npz", "langs": ["en"], "translation_captions": "t.parquet", '
+        '"translation_langs": ["en", "de"]}, "models": {"1": {"checkpoint": "c.pt", "vocab": "v.json", '
+        '"output": "OUT"}}}')
+
+
+@pytest.mark.parametrize("command, key", [
+    (["evaluate", "--job", _JOB], "experiments.e.training.device"),
+    (["evaluate-clc", "--checkpoint", "c.pt", "--vocab", "v.json", "--spec", "{}", "--experiment", "e",
+      "--seed", "1", "--output", "OUT", "--device", "auto"], "--device"),
 ])
-def test_evaluation_stages_fail_before_reading_anything(gpu_node_without_gpu, tmp_path, capsys, command):
+def test_evaluation_stages_fail_before_reading_anything(gpu_node_without_gpu, tmp_path, capsys, command, key):
+    """An evaluation job (its device the experiment's own, in the job) or a CLC evaluation."""
     out = tmp_path / "metrics.json"
-    code = cli.main([arg.replace("OUT", str(out)) for arg in command] + ["--device", "auto"])
+    code = cli.main([arg.replace("OUT", str(out)) for arg in command])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and not out.exists()
-    assert err[-1].startswith(f"pseudopairs {command[0]}: error: --device: the scheduler gave this job a GPU")
+    assert err[-1].startswith(f"pseudopairs {command[0]}: error: {key}: the scheduler gave this job a GPU")
 
 
 def test_training_stops_before_any_update(gpu_node_without_gpu, tmp_path):
@@ -88,11 +92,11 @@ def test_training_stops_before_any_update(gpu_node_without_gpu, tmp_path):
     spec, _ = _world(tmp_path / "world")
     settings = {**SETTINGS, "device": "auto"}
     with pytest.raises(NoGPUError, match="^training.device: the scheduler gave this job a GPU"):
-        train(spec=spec, settings=settings, out_dir=tmp_path / "one", seed=1)
+        train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / "one", seed=1)
     assert not any((tmp_path / "one").glob("*"))
     jobs = [{"seed": s, "spec": spec, "out_dir": str(tmp_path / f"s{s}")} for s in (1, 2)]
     with pytest.raises(NoGPUError, match="^training.device: the scheduler gave this job a GPU"):
-        train_stack(jobs=jobs, settings=settings)
+        train_stack(jobs=jobs, settings=run_settings(settings))
     assert not (tmp_path / "s1").exists()
 
 
@@ -103,7 +107,7 @@ def test_features_and_mining_resolve_through_the_same_check(gpu_node_without_gpu
 
     from pseudopairs.features.extract import extract_features
     from pseudopairs.features.settings import FeatureSettings
-    from pseudopairs.mining.settings import MiningRun
+    from pseudopairs.mining.job import MiningJob
     from pseudopairs.mining.step import mine_pseudopairs
 
     image = tmp_path / "a.png"
@@ -111,11 +115,12 @@ def test_features_and_mining_resolve_through_the_same_check(gpu_node_without_gpu
     images = pd.DataFrame({"image_id": ["a"], "path": [str(image)]})
     with pytest.raises(NoGPUError, match="^features.device: the scheduler gave this job a GPU"):
         extract_features(images, settings=FeatureSettings.from_dict({"resize": 16, "crop": 16}), progress=False)
-    spec = {"pseudopairs": "p", "source": "s", "seed": 1, "checkpoint": "c.pt", "vocab": "v.json",
-            "queries": {"captions": "q.parquet", "lang": "en"}, "database": {"captions": "d.parquet", "lang": "de"}}
+    job = MiningJob.from_dict({"pseudopairs": "p", "source": "s", "seed": 1, "checkpoint": "c.pt", "vocab": "v.json",
+                               "queries": {"name": "q", "captions": "q.parquet", "lang": "en"},
+                               "database": {"name": "d", "captions": "d.parquet", "lang": "de"},
+                               "engine": {"device": "auto"}})
     with pytest.raises(NoGPUError, match="^mining.device: the scheduler gave this job a GPU"):
-        mine_pseudopairs(spec=spec, settings=MiningRun.from_dict({"device": "auto"}), pairs_path=tmp_path / "p",
-                         stats_path=tmp_path / "s", progress=False)
+        mine_pseudopairs(job=job, pairs_path=tmp_path / "p", stats_path=tmp_path / "s", progress=False)
     assert not (tmp_path / "p").exists()
 
 

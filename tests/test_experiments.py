@@ -148,11 +148,16 @@ def test_statistics_and_figure_specs():
 def test_an_experiments_own_training_settings_override_the_config():
     config = copy.deepcopy(demo())
     config["experiments"]["de_coco"]["training"] = {"learning_rate": 1e-3, "patience": 7}
-    settings = model_contract.training_settings(config, "de_coco")
-    assert (settings["learning_rate"], settings["patience"]) == (1e-3, 7)
-    assert settings["batch_size"] == config["training"]["batch_size"]
-    assert settings["joint_dim"] == config["model"]["joint_dim"]          # model settings included
-    assert model_contract.training_settings(config, "en")["learning_rate"] == config["training"]["learning_rate"]
+    settings = model_contract.run_settings(config, "de_coco")
+    assert (settings.training.learning_rate, settings.training.patience) == (1e-3, 7)
+    assert settings.training.batch_size == config["training"]["batch_size"]
+    assert settings.model.joint_dim == config["model"]["joint_dim"]          # the model's settings too
+    assert model_contract.run_settings(config, "en").training.learning_rate == config["training"]["learning_rate"]
+    # the job passes each section's explicit values; regrouping seeds (training.stack) is no setting
+    # of a run, so it reruns no job whose block is unchanged
+    job = model_contract.training_job(config, "de_coco", [1, 2, 3])
+    assert job.to_dict()["settings"]["training"]["patience"] == 7 and "stack" not in job.to_dict()["settings"]["training"]
+    assert list(job.models) == ["1", "2", "3"] and job.models["2"].out_dir == "results/models/de_coco/seed2"
 
 
 def test_paper_004_french_and_czech_validate_and_test_on_the_translation_portion():

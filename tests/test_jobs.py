@@ -17,6 +17,7 @@ from pseudopairs.jobs import Job, JobError
 from pseudopairs.mining import contract as mining_contract
 from pseudopairs.mining.job import MiningJob
 from pseudopairs.mining.settings import MiningSettings
+from pseudopairs.model.job import RunSettings
 from pseudopairs.settings import SettingsError, resolve_device
 
 
@@ -44,8 +45,9 @@ def test_a_job_round_trips_through_json_and_its_errors_name_the_field():
     whole = _Whole(engine=MiningSettings(threads=2), parts=[_Part("a", ["en"])],
                    by_seed={"1": _Part("b")})
     text = whole.to_json()
-    assert json.loads(text) == {"engine": {"block_size": None, "device": "auto", "encode_batch_size": 256,
-                                           "threads": 2},
+    # a settings section travels as the values that differ from its defaults (a setting added
+    # later changes no job's parameters); from_dict fills the defaults in again
+    assert json.loads(text) == {"engine": {"threads": 2},
                                 "init": None, "parts": [{"langs": ["en"], "path": "a"}],
                                 "by_seed": {"1": {"langs": [], "path": "b"}}}
     assert _Whole.from_dict(json.loads(text)) == whole
@@ -143,8 +145,8 @@ def test_an_experiments_device_and_threads_reach_its_train_and_evaluate_jobs(tmp
         threads = int(shown.group(1)) if shown else 1
         assert f"--threads {threads}" in command
         if kind == "train":
-            settings = json.loads(re.search(r"--settings '([^']*)'", command).group(1))
-            device = settings["device"]
+            job = json.loads(re.search(r"--job '([^']*)'", command).group(1))
+            device = RunSettings.from_dict(job["settings"]).training.device   # absent: the default
         else:
             job = json.loads(re.search(r"--job '([^']*)'", command).group(1))
             device = job["device"]

@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import run_settings
 import torch
 from PIL import Image
 
@@ -110,7 +112,7 @@ def test_kept_pairs_stay_with_their_own_image_and_caption():
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("pp")
     spec, vocab_path = _world(root / "world", n_train=60, n_val=40, seed=0)
-    training.train(spec=spec, settings={**SETTINGS, "max_updates": 200, "validate_every": 50},
+    training.train(spec=spec, settings=run_settings({**SETTINGS, "max_updates": 200, "validate_every": 50}),
                    out_dir=root / "model", seed=1)
     return root, spec
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pseudopairs.model.training as training
-from conftest import REPO, run_snakemake
+from conftest import REPO, run_snakemake, run_settings
 from pseudopairs.config import ConfigError, check_config, load_config
 from pseudopairs.data.contract import dataset_files
 from pseudopairs.experiments import uses_pseudopairs
@@ -45,7 +45,7 @@ def two_corpora(tmp_path_factory):
     ("coco": other images, other ids, more captions than the aligned German)."""
     root = tmp_path_factory.mktemp("reverse")
     spec, _ = _world(root / "m30k", n_train=60, n_val=40, seed=0)
-    training.train(spec=spec, settings={**SETTINGS, "max_updates": 200, "validate_every": 50},
+    training.train(spec=spec, settings=run_settings({**SETTINGS, "max_updates": 200, "validate_every": 50}),
                    out_dir=root / "model", seed=1)
     other, _ = _world(root / "coco_world", n_train=90, n_val=4, seed=5)
     coco = pd.read_parquet(other["c2i"][0]["captions"])
@@ -92,7 +92,7 @@ def test_reverse_mining_gives_each_german_caption_its_nearest_english_coco_capti
            "c2c": [{"name": "m30k.de+m30k.en-pseudo@de_coco.reverse", "a": german, "b": english}],
            "vocab": {"path": str(root / "model" / "vocab.json")},
            "init_from": str(root / "model" / "checkpoint.pt")}
-    summary = training.train(spec=run, settings={**SETTINGS, "max_updates": 40}, out_dir=tmp_path / "ft", seed=1)
+    summary = training.train(spec=run, settings=run_settings({**SETTINGS, "max_updates": 40}), out_dir=tmp_path / "ft", seed=1)
     log = pd.read_csv(tmp_path / "ft" / "train_log.csv")
     assert set(log["dataset"]) == {"m30k.de", "m30k.en-pseudo@de_coco.reverse",
                                    "m30k.de+m30k.en-pseudo@de_coco.reverse"}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import run_settings
 import torch
 
 import pseudopairs.model.smalr_objective as smalr_objective
@@ -136,11 +138,18 @@ def test_language_term_on_two_languages_by_hand():
     torch.testing.assert_close(encoded["m30k.de"].average.grad, -universal.grad[2:])
 
 
+def training_settings(**smalr):
+    """The training section of test_training's runs with the smalr objective's ``smalr`` keys."""
+    from pseudopairs.model.job import RunSettings
+
+    return RunSettings.from_dict(run_settings({**SETTINGS, "objective": "smalr", **smalr})).training
+
+
 def test_total_loss_is_eq4_with_the_papers_weights():
     terms = {"image_sentence": torch.tensor(1.0), "neighbourhood": torch.tensor(2.0),
              "language": torch.tensor(3.0), "mclm": torch.tensor(4.0)}
-    settings = {"smalr_neighbourhood_weight": 1e-4, "smalr_language_weight": 1e-6,
-                "smalr_mclm_weight": 5e-2}
+    settings = training_settings(smalr_neighbourhood_weight=1e-4, smalr_language_weight=1e-6,
+                                 smalr_mclm_weight=5e-2)
     assert total_loss(terms, settings).item() == pytest.approx(1 + 2e-4 + 3e-6 + 0.2)
 
 
@@ -184,10 +193,10 @@ def test_smalr_with_the_hem_text_encoder_trains(tmp_path):
     """002's SMALR: the hybrid embedding under the smalr objective."""
     from pseudopairs.model import training
     spec, vocab, weight = _hem_world(tmp_path)
-    a = training.train(spec=spec, settings={**SETTINGS, "text_encoder": "hem", "objective": "smalr",
-                                            "max_updates": 20}, out_dir=tmp_path / "a", seed=1)
-    b = training.train(spec=spec, settings={**SETTINGS, "text_encoder": "hem", "objective": "smalr",
-                                            "max_updates": 20}, out_dir=tmp_path / "b", seed=1)
+    a = training.train(spec=spec, settings=run_settings({**SETTINGS, "text_encoder": "hem", "objective": "smalr",
+                                            "max_updates": 20}), out_dir=tmp_path / "a", seed=1)
+    b = training.train(spec=spec, settings=run_settings({**SETTINGS, "text_encoder": "hem", "objective": "smalr",
+                                            "max_updates": 20}), out_dir=tmp_path / "b", seed=1)
     assert a["best_score"] == b["best_score"]
     assert _same_weights(_weights(tmp_path / "a"), _weights(tmp_path / "b"))
 
@@ -240,7 +249,7 @@ def test_without_mclm_the_masked_captions_are_no_positives():
     (0.0, True, True),       # the other reading: masking as an augmentation of its own
     (5e-2, False, False)])
 def test_masked_positives_follow_mclm_unless_chosen(weight, chosen, expected):
-    settings = {"smalr_mclm_weight": weight, "smalr_masked_positives": chosen}
+    settings = training_settings(smalr_mclm_weight=weight, smalr_masked_positives=chosen)
     assert smalr_objective.masked_positives(settings) is expected
     assert smalr_objective.mclm_on(settings) is (weight > 0)
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import paper_dry_run, run_snakemake
+from conftest import paper_dry_run, run_snakemake, run_settings
 from pseudopairs.model import contract as ex
 from pseudopairs.io import read_captions
 from pseudopairs.model import training
@@ -58,8 +58,8 @@ def test_steps_build_a_hem_vocabulary_that_training_reads(tmp_path):
     assert tuple(init["weight"].shape) == (2 + 6 + vocab.latent_size, 4)
     run = {**spec, "vocab": {"path": str(tmp_path / "hem_vocab.json")},
            "text_init": str(tmp_path / "hem_init.pt")}
-    result = training.train(spec=run, settings={**SETTINGS, "text_encoder": "hem", "objective": "smalr",
-                                                "max_updates": 10}, out_dir=tmp_path / "model", seed=1)
+    result = training.train(spec=run, settings=run_settings({**SETTINGS, "text_encoder": "hem", "objective": "smalr",
+                                                "max_updates": 10}), out_dir=tmp_path / "model", seed=1)
     assert result["updates"] == 10
     assert load_vocabulary(tmp_path / "model" / "vocab.json") == vocab
 
@@ -106,10 +106,10 @@ def test_hem_experiments_read_the_steps_outputs_and_others_are_unchanged():
     # 002's rows read the augmented French set (002 §4); the dagger rows the translation portion
     assert specs.fasttext_inputs(config, "smalr", 1, "fr") == ["results/smalr/augment/m30k_aug.fr/train.parquet"]
     assert specs.fasttext_inputs(config, "smalr_task1", 1, "fr") == ["results/captions/m30k_task1/train.parquet"]
-    assert ex.job_settings(config, "smalr")["text_encoder"] == "hem"
-    assert ex.job_settings(config, "smalr")["objective"] == "smalr"
-    assert ex.job_settings(config, "smalr_hem")["smalr_mclm_weight"] == 0.0
-    assert ex.job_settings(config, "smalr_hem_task1")["smalr_mclm_weight"] == 0.0
+    assert ex.experiment_model(config, "smalr").text_encoder == "hem"
+    assert ex.experiment_training(config, "smalr").objective == "smalr"
+    assert ex.experiment_training(config, "smalr_hem").smalr_mclm_weight == 0.0
+    assert ex.experiment_training(config, "smalr_hem_task1").smalr_mclm_weight == 0.0
     assert [name for name, lang in specs.hem_runs(config) if lang == "en"] == [
         "smalr_la", "smalr_hem", "smalr", "smalr_hem_task1", "smalr_task1"]
 

@@ -20,6 +20,7 @@ from pseudopairs.model.encoders import RankingModel
 from pseudopairs.model.losses import contrastive_loss
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stacked_contrastive_loss, stacked_update
 from pseudopairs.model.stack_training import stack_compute, train_stack
+from conftest import run_settings
 from test_training import SETTINGS, _world
 
 torch.set_num_threads(1)
@@ -172,8 +173,8 @@ def _log(path):
 
 def test_a_stack_of_one_equals_a_job_of_its_own_exactly(world, tmp_path):
     spec, _ = world
-    alone = training.train(spec=spec, settings=SETTINGS, out_dir=tmp_path / "alone", seed=2)
-    [stacked] = train_stack(jobs=_jobs(world, tmp_path / "stack", [2]), settings=SETTINGS)
+    alone = training.train(spec=spec, settings=run_settings(SETTINGS), out_dir=tmp_path / "alone", seed=2)
+    [stacked] = train_stack(jobs=_jobs(world, tmp_path / "stack", [2]), settings=run_settings(SETTINGS))
     assert stacked["best_score"] == alone["best_score"] and stacked["updates"] == alone["updates"]
     w1 = torch.load(tmp_path / "alone" / "checkpoint.pt", weights_only=True)["model_state"]
     w2 = torch.load(tmp_path / "stack" / "seed2" / "checkpoint.pt", weights_only=True)["model_state"]
@@ -185,8 +186,8 @@ def test_a_stack_of_one_equals_a_job_of_its_own_exactly(world, tmp_path):
 
 def test_separate_compute_trains_each_model_as_its_own_job(world, tmp_path):
     spec, _ = world
-    summaries = train_stack(jobs=_jobs(world, tmp_path, [1, 3]), settings={**SETTINGS, "stack_compute": "separate"})
-    alone = training.train(spec=spec, settings=SETTINGS, out_dir=tmp_path / "alone3", seed=3)
+    summaries = train_stack(jobs=_jobs(world, tmp_path, [1, 3]), settings=run_settings({**SETTINGS, "stack_compute": "separate"}))
+    alone = training.train(spec=spec, settings=run_settings(SETTINGS), out_dir=tmp_path / "alone3", seed=3)
     assert summaries[1]["best_score"] == alone["best_score"]
     pd.testing.assert_frame_equal(_log(tmp_path / "seed3"), _log(tmp_path / "alone3"))
 
@@ -207,10 +208,10 @@ LOSS_RTOL = 1e-3
 def test_a_batched_stack_follows_its_separate_runs_validation_curves(world, tmp_path):
     spec, _ = world
     settings = {**SETTINGS, "stack_compute": "batched", "max_updates": 40}
-    train_stack(jobs=_jobs(world, tmp_path / "stack", [1, 2, 3]), settings=settings)
+    train_stack(jobs=_jobs(world, tmp_path / "stack", [1, 2, 3]), settings=run_settings(settings))
     stacked_curves, alone_curves = [], []
     for seed in (1, 2, 3):
-        training.train(spec=spec, settings=settings, out_dir=tmp_path / f"alone{seed}", seed=seed)
+        training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / f"alone{seed}", seed=seed)
         stacked, alone = _log(tmp_path / "stack" / f"seed{seed}"), _log(tmp_path / f"alone{seed}")
         assert stacked[["update", "task", "dataset"]].equals(alone[["update", "task", "dataset"]])
         np.testing.assert_allclose(stacked["loss"], alone["loss"], rtol=LOSS_RTOL)
@@ -249,7 +250,7 @@ def test_a_stopped_model_leaves_the_stack_and_the_others_go_on(world, tmp_path, 
     # (40 updates: float rounding, amplified by training, stays within LOSS_RTOL that long; above)
     settings = {**SETTINGS, "stack_compute": "batched", "max_updates": 40, "patience": 1}
     _scripted_validation(monkeypatch, falling_seeds={2})
-    summaries = train_stack(jobs=_jobs(world, tmp_path / "stack", [1, 2, 3]), settings=settings)
+    summaries = train_stack(jobs=_jobs(world, tmp_path / "stack", [1, 2, 3]), settings=run_settings(settings))
     assert [s["updates"] for s in summaries] == [40, 20, 40]
     assert [s["best_update"] for s in summaries] == [40, 10, 40]
     assert summaries[1]["stop_reason"] == "early stopping: no improvement in 1 validations"
@@ -258,7 +259,7 @@ def test_a_stopped_model_leaves_the_stack_and_the_others_go_on(world, tmp_path, 
         stacked = _log(tmp_path / "stack" / f"seed{seed}")
         assert stacked["update"].tolist() == list(range(1, updates + 1))
         # each model trains as it would alone: the survivors after seed 2 left, too
-        training.train(spec=spec, settings=settings, out_dir=tmp_path / f"alone{seed}", seed=seed)
+        training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / f"alone{seed}", seed=seed)
         alone = _log(tmp_path / f"alone{seed}")
         assert stacked[["update", "task", "dataset", "val_score"]].equals(alone[["update", "task", "dataset", "val_score"]])
         np.testing.assert_allclose(stacked["loss"], alone["loss"], rtol=LOSS_RTOL)
@@ -270,7 +271,7 @@ class _Killed(Exception):
 
 def test_a_killed_batched_stack_resumes_to_the_same_result(world, tmp_path, monkeypatch):
     settings = {**SETTINGS, "stack_compute": "batched", "max_updates": 40, "patience": 2}
-    whole = train_stack(jobs=_jobs(world, tmp_path / "whole", [1, 2]), settings=settings)
+    whole = train_stack(jobs=_jobs(world, tmp_path / "whole", [1, 2]), settings=run_settings(settings))
     real = stack_module.stacked_update
     calls = {"n": 0}
 
@@ -283,11 +284,11 @@ def test_a_killed_batched_stack_resumes_to_the_same_result(world, tmp_path, monk
     import pseudopairs.model.stack_training as stack_training
     monkeypatch.setattr(stack_training, "stacked_update", dying)
     with pytest.raises(_Killed):
-        train_stack(jobs=_jobs(world, tmp_path / "killed", [1, 2]), settings=settings)
+        train_stack(jobs=_jobs(world, tmp_path / "killed", [1, 2]), settings=run_settings(settings))
     assert (tmp_path / "killed" / "seed1" / "last.pt").exists()
     assert not (tmp_path / "killed" / "seed1" / "checkpoint.pt").exists()
     monkeypatch.setattr(stack_training, "stacked_update", real)
-    resumed = train_stack(jobs=_jobs(world, tmp_path / "killed", [1, 2]), settings=settings)
+    resumed = train_stack(jobs=_jobs(world, tmp_path / "killed", [1, 2]), settings=run_settings(settings))
     for a, b, seed in zip(whole, resumed, (1, 2)):
         assert a["best_score"] == b["best_score"] and a["updates"] == b["updates"]
         w1 = torch.load(tmp_path / "whole" / f"seed{seed}" / "checkpoint.pt", weights_only=True)["model_state"]
@@ -297,12 +298,16 @@ def test_a_killed_batched_stack_resumes_to_the_same_result(world, tmp_path, monk
 
 
 def test_stack_compute_is_batched_on_a_gpu_and_separate_on_the_cpu():
-    settings = {"stack_compute": "auto", "objective": "sampled"}
-    assert stack_compute(settings, device="cpu", n_models=3) == "separate"
-    assert stack_compute(settings, device="cuda", n_models=3) == "batched"
-    assert stack_compute(settings, device="cuda", n_models=1) == "separate"
-    assert stack_compute({**settings, "objective": "joint"}, device="cuda", n_models=3) == "separate"
-    assert stack_compute({**settings, "stack_compute": "batched"}, device="cpu", n_models=2) == "batched"
+    from pseudopairs.model.job import RunSettings
+
+    def settings(**training):
+        return RunSettings.from_dict(run_settings({**SETTINGS, "stack_compute": "auto", **training}))
+
+    assert stack_compute(settings(), device="cpu", n_models=3) == "separate"
+    assert stack_compute(settings(), device="cuda", n_models=3) == "batched"
+    assert stack_compute(settings(), device="cuda", n_models=1) == "separate"
+    assert stack_compute(settings(objective="joint"), device="cuda", n_models=3) == "separate"
+    assert stack_compute(settings(stack_compute="batched"), device="cpu", n_models=2) == "batched"
 
 
 # ---- the stacked GRU's hand-written backward ---------------------------------------------------
@@ -381,7 +386,7 @@ def _stack_commands(output: str) -> dict[str, str]:
         head = re.match(r"^\s*rule (train_stack_\w+):$", line)
         if head:
             rule = head.group(1)
-        elif rule and "python -m pseudopairs train-stack" in line:
+        elif rule and "python -m pseudopairs train --job" in line:
             name = re.search(r"> results/logs/train/(\S+)\.log", line).group(1)
             commands[name] = f"{rule}: {line.strip()}"
             rule = None
@@ -455,15 +460,15 @@ def test_evaluate_writes_each_models_metrics_of_a_stack(tmp_path, monkeypatch):
                            "device": "cpu"}
 
 
-def test_train_stack_command_trains_each_seed_into_its_directory(world, tmp_path, capsys):
+def test_train_command_trains_each_seed_of_its_job_into_its_directory(world, tmp_path, capsys):
     import json
 
     from pseudopairs import cli
 
     spec, _ = world
     models = {str(s): {"spec": spec, "out_dir": str(tmp_path / f"seed{s}")} for s in (1, 2)}
-    cli.main(["train-stack", "--models", json.dumps(models), "--settings", json.dumps(SETTINGS),
-              "--threads", "1"])
+    job = {"experiment": "en_de_c2c", "settings": run_settings(SETTINGS), "models": models}
+    cli.main(["train", "--job", json.dumps(job), "--threads", "1"])
     out = capsys.readouterr().out
     for seed in (1, 2):
         assert sorted(p.name for p in (tmp_path / f"seed{seed}").iterdir()) == [

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from conftest import run_settings
 import torch
 
 import pseudopairs.model.stack_training as stack_training
@@ -173,10 +175,10 @@ def test_the_levers_are_settings_that_default_off(tmp_path, monkeypatch):
 
     defaults = TrainingSettings.defaults()
     assert (defaults["stack_precision"], defaults["stack_compile"], defaults["pinned_memory"]) == ("float32", False, False)
-    from pseudopairs.model.settings import check_settings
+    from pseudopairs.model.job import RunSettings
 
-    with pytest.raises(SettingsError, match=r"training.stack_precision: must be one of \['float32', 'bf16'\], got 'fp16'"):
-        check_settings({**SETTINGS, "stack_precision": "fp16"})
+    with pytest.raises(ValueError, match=r"training.stack_precision: must be one of \['float32', 'bf16'\], got 'fp16'"):
+        RunSettings.from_dict(run_settings({**SETTINGS, "stack_precision": "fp16"}))
     built = []
 
     class Recorded(StackedRankingModel):
@@ -187,8 +189,8 @@ def test_the_levers_are_settings_that_default_off(tmp_path, monkeypatch):
     monkeypatch.setattr(stack_training, "StackedRankingModel", Recorded)
     spec, _ = _world(tmp_path / "world")
     jobs = [{"seed": s, "spec": spec, "out_dir": str(tmp_path / f"s{s}")} for s in (1, 2)]
-    summaries = stack_training.train_stack(jobs=jobs, settings={**SETTINGS, "max_updates": 12, "stack_compute": "batched",
-                                                                "stack_precision": "bf16"})
+    summaries = stack_training.train_stack(jobs=jobs, settings=run_settings({**SETTINGS, "max_updates": 12, "stack_compute": "batched",
+                                                                "stack_precision": "bf16"}))
     assert [s["updates"] for s in summaries] == [12, 12]
     assert built and all(stack.precision == "bf16" and not stack.compile for stack in built)
     assert all((tmp_path / f"s{s}" / "checkpoint.pt").is_file() for s in (1, 2))

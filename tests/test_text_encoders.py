@@ -9,6 +9,8 @@ import copy
 import json
 
 import pytest
+
+from conftest import run_settings
 import torch
 
 import pseudopairs.model.training as training
@@ -159,7 +161,7 @@ def _hem_world(root):
 def test_a_hem_run_trains_saves_and_evaluates(tmp_path):
     spec, vocab, weight = _hem_world(tmp_path)
     settings = {**SETTINGS, "text_encoder": "hem", "max_updates": 20}
-    training.train(spec=spec, settings=settings, out_dir=tmp_path / "model", seed=1)
+    training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / "model", seed=1)
     assert load_vocabulary(tmp_path / "model" / "vocab.json") == vocab
     model, meta = checkpoints.load_model(tmp_path / "model" / "checkpoint.pt")
     assert (meta["text_encoder"], meta["text_options"]) == ("hem", {"rows": len(weight), "row_dim": 5})
@@ -210,22 +212,22 @@ def test_a_hem_run_needs_a_hem_vocabulary_and_its_initial_rows(tmp_path):
     spec, _, _ = _hem_world(tmp_path)
     with pytest.raises(ValueError, match="gives no text_init"):
         training.train(spec={k: v for k, v in spec.items() if k != "text_init"},
-                       settings={**SETTINGS, "text_encoder": "hem"}, out_dir=tmp_path / "a", seed=1)
+                       settings=run_settings({**SETTINGS, "text_encoder": "hem"}), out_dir=tmp_path / "a", seed=1)
     shared = tmp_path / "shared.json"
     write_json_atomic(shared, build_vocabulary(["a b"], min_count=1).to_json())
     with pytest.raises(ValueError, match="text_encoder hem needs a hybrid vocabulary, got a shared one"):
         training.train(spec={**spec, "vocab": {"path": str(shared)}},
-                       settings={**SETTINGS, "text_encoder": "hem"}, out_dir=tmp_path / "b", seed=1)
+                       settings=run_settings({**SETTINGS, "text_encoder": "hem"}), out_dir=tmp_path / "b", seed=1)
     with pytest.raises(SettingsError, match="model.text_encoder"):
-        training.train(spec=spec, settings={**SETTINGS, "text_encoder": "lstm"},
+        training.train(spec=spec, settings=run_settings({**SETTINGS, "text_encoder": "lstm"}),
                        out_dir=tmp_path / "c", seed=1)
 
 
 def test_an_experiment_chooses_its_text_encoder():
     config = copy.deepcopy(demo())
     config["experiments"]["de_coco"]["model"] = {"text_encoder": "hem"}
-    assert ex.training_settings(config, "de_coco")["text_encoder"] == "hem"
-    assert "text_encoder" not in ex.training_settings(config, "en")     # default: job params as before
+    assert ex.experiment_model(config, "de_coco").text_encoder == "hem"
+    assert "text_encoder" not in ex.training_job(config, "en", 1).to_dict()["settings"]["model"]  # default: not passed
     config["experiments"]["de_coco"]["model"] = {"text_encoder": "lstm"}
     with pytest.raises(Exception, match=r"text_encoder.*experiments\.de_coco\.model"):
         check_config(config)
@@ -239,9 +241,9 @@ def test_a_hem_seed_block_trains_its_seeds_one_after_the_other(tmp_path, caplog)
     settings = {**SETTINGS, "text_encoder": "hem", "max_updates": 10, "stack_compute": "batched"}
     jobs = [{"seed": s, "spec": spec, "out_dir": str(tmp_path / f"seed{s}")} for s in (1, 2)]
     with caplog.at_level("WARNING"):
-        summaries = train_stack(jobs=jobs, settings=settings)
+        summaries = train_stack(jobs=jobs, settings=run_settings(settings))
     assert "text_encoder 'hem' (the batched model implements 'gru')" in caplog.text
-    alone = training.train(spec=spec, settings=settings, out_dir=tmp_path / "alone", seed=2)
+    alone = training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / "alone", seed=2)
     assert summaries[1]["best_score"] == alone["best_score"]
     assert torch.equal(torch.load(tmp_path / "seed2" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"],
                        torch.load(tmp_path / "alone" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"])

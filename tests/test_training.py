@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import run_settings
 import torch
 
 import pseudopairs.model.training as training
@@ -81,7 +83,7 @@ def world(tmp_path_factory):
 
 def _run(world, out_dir, *, seed=1, **overrides):
     spec, vocab = world
-    return training.train(spec=spec, settings={**SETTINGS, **overrides}, out_dir=out_dir, seed=seed)
+    return training.train(spec=spec, settings=run_settings({**SETTINGS, **overrides}), out_dir=out_dir, seed=seed)
 
 
 def _weights(out_dir):
@@ -273,37 +275,43 @@ def test_fine_tuning_starts_from_the_source_weights(world, tmp_path, monkeypatch
 
     monkeypatch.setattr(updates, "train_update", spy)
     ft_spec = {**spec, "init_from": str(tmp_path / "source" / "checkpoint.pt")}
-    training.train(spec=ft_spec, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "ft", seed=1)
+    training.train(spec=ft_spec, settings=run_settings({**SETTINGS, "max_updates": 10}), out_dir=tmp_path / "ft", seed=1)
     assert _same_weights(seen["first"], source)
     with pytest.raises(ValueError, match="init_from .* has dims"):
-        training.train(spec=ft_spec, settings={**SETTINGS, "joint_dim": 8}, out_dir=tmp_path / "bad", seed=1)
+        training.train(spec=ft_spec, settings=run_settings({**SETTINGS, "joint_dim": 8}), out_dir=tmp_path / "bad", seed=1)
 
 
 def test_bad_inputs_are_reported_by_key(world, tmp_path):
     spec, vocab = world
     with pytest.raises(ValueError, match=r"training: unknown setting\(s\) training\.batchsize"):
-        training.train(spec=spec, settings={**SETTINGS, "batchsize": 3}, out_dir=tmp_path, seed=1)
+        training.train(spec=spec, settings=run_settings({**SETTINGS, "batchsize": 3}), out_dir=tmp_path, seed=1)
     with pytest.raises(ValueError, match=r"training\.c2c_probability: must be a number in \[0, 1\], got 1\.5"):
-        training.train(spec=spec, settings={**SETTINGS, "c2c_probability": 1.5}, out_dir=tmp_path, seed=1)
+        training.train(spec=spec, settings=run_settings({**SETTINGS, "c2c_probability": 1.5}), out_dir=tmp_path, seed=1)
     with pytest.raises(ValueError, match=r"c2i\[0\] lacks \['features'\]"):
         bad = {**spec, "c2i": [{k: v for k, v in spec["c2i"][0].items() if k != "features"}]}
-        training.train(spec=bad, settings=SETTINGS, out_dir=tmp_path, seed=1)
+        training.train(spec=bad, settings=run_settings(SETTINGS), out_dir=tmp_path, seed=1)
 
 
 def test_cli_accepts_json_and_file_arguments(world, tmp_path, capsys):
+    from pseudopairs.model import stack_training
+
     spec, vocab = world
     parser = argparse.ArgumentParser()
-    training.register_cli(parser.add_subparsers(dest="command"))
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    args = parser.parse_args(["train", "--spec", f"@{tmp_path / 'spec.json'}",
-                              "--settings", json.dumps({**SETTINGS, "max_updates": 5}),
-                              "--out-dir", str(tmp_path / "out"), "--seed", "3"])
+    stack_training.register_cli(parser.add_subparsers(dest="command"))
+    job = {"experiment": "en_de_c2c", "settings": run_settings({**SETTINGS, "max_updates": 5}),
+           "models": {"3": {"spec": spec, "out_dir": str(tmp_path / "out")}}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    args = parser.parse_args(["train", "--job", f"@{tmp_path / 'job.json'}"])
     args.func(args)
-    assert (tmp_path / "out" / "checkpoint.pt").exists()
+    assert torch.load(tmp_path / "out" / "checkpoint.pt", weights_only=True)["seed"] == 3
     with pytest.raises(SystemExit):  # refused while parsing the arguments, before any work
-        parser.parse_args(["train", "--spec", "{not json", "--settings", "{}",
-                           "--out-dir", str(tmp_path / "x"), "--seed", "3"])
-    assert "argument --spec: --spec: not valid JSON" in capsys.readouterr().err
+        parser.parse_args(["train", "--job", "{not json"])
+    assert "argument --job: --job: not valid JSON" in capsys.readouterr().err
+    # a bad setting is refused naming the job's field and the setting's config key
+    with pytest.raises(ValueError, match=r"training job.settings.training: training.batch_size: must be an "
+                                         r"integer >= 2, got 1"):
+        stack_training.train_job(stack_training.TrainingJob.from_dict(
+            {**job, "settings": run_settings({**SETTINGS, "batch_size": 1})}))
 
 
 def test_tiny_training_run_learns(world, tmp_path):
@@ -349,8 +357,8 @@ def test_standardisation_rescues_max_violation_from_a_common_component(tmp_path)
     scores = {}
     for flag in (False, True):
         mode = "standardize" if flag else "raw"
-        summary = training.train(spec=spec, settings={**SETTINGS, "image_normalization": mode, "max_updates": 60,
-                                                      "c2c_probability": 0.0, "learning_rate": 2e-3},
+        summary = training.train(spec=spec, settings=run_settings({**SETTINGS, "image_normalization": mode, "max_updates": 60,
+                                                      "c2c_probability": 0.0, "learning_rate": 2e-3}),
                                  out_dir=tmp_path / f"run{flag}", seed=1)
         scores[flag] = summary["best_score"]
     assert scores[True] > scores[False] + 50, scores
@@ -410,19 +418,19 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
                            "features": str(root / "features" / "val.npz"), "langs": ["en", "de"]},
             "vocab": {"path": str(root / "vocab.json")}}
     summary = training.train(spec=spec, out_dir=root / "model", seed=1,
-                             settings={**SETTINGS, "batch_size": 32, "learning_rate": 2e-3,
+                             settings=run_settings({**SETTINGS, "batch_size": 32, "learning_rate": 2e-3,
                                        "max_violation": False, "validate_every": 50,
                                        "max_updates": 400, "embedding_dim": 32, "joint_dim": 64,
-                                       "image_normalization": "standardize"})
+                                       "image_normalization": "standardize"}))
 
     evaluation = {"captions": str(paths["m30k", "test"]), "features": str(root / "features" / "test.npz"),
                   "langs": ["en", "de"], "translation_captions": str(paths["m30k_task1", "test"]),
                   "translation_langs": ["en", "de"]}
     out = root / "model" / "metrics.json"
-    assert main(["evaluate", "--checkpoint", str(root / "model" / "checkpoint.pt"),
-                 "--vocab", str(root / "vocab.json"), "--spec", json.dumps(evaluation),
-                 "--experiment", "en_de_c2c", "--seed", "1", "--device", "cpu",
-                 "--output", str(out)]) == 0
+    job = {"experiment": "en_de_c2c", "device": "cpu", "threads": 1, "data": evaluation,
+           "models": {"1": {"checkpoint": str(root / "model" / "checkpoint.pt"),
+                            "vocab": str(root / "vocab.json"), "output": str(out)}}}
+    assert main(["evaluate", "--job", json.dumps(job)]) == 0
     metrics = json.loads(out.read_text())
     assert set(metrics) == {"experiment", "seed", "retrieval", "translation", "sum_sum", "checkpoint",
                             "parameters"}
@@ -474,7 +482,7 @@ def test_vocabulary_is_built_from_the_runs_own_training_captions(world, tmp_path
     spec, _ = world
     en_only = {**spec, "experiment": "en", "c2i": [spec["c2i"][0]], "c2c": [],
                "validation": {**spec["validation"], "langs": ["en"]}, "vocab": {"min_count": 1}}
-    training.train(spec=en_only, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "en", seed=1)
+    training.train(spec=en_only, settings=run_settings({**SETTINGS, "max_updates": 10}), out_dir=tmp_path / "en", seed=1)
     words = json.loads((tmp_path / "en" / "vocab.json").read_text())["words"]
     english = {w for c in COLOURS["en"] + SHAPES["en"] for w in c.split()}
     assert english <= set(words)
@@ -483,7 +491,7 @@ def test_vocabulary_is_built_from_the_runs_own_training_captions(world, tmp_path
     # ("one {c} {s} here"), once per training image
     n_train = 60
     training.train(spec={**en_only, "vocab": {"min_count": n_train + 1}},
-                   settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "en61", seed=1)
+                   settings=run_settings({**SETTINGS, "max_updates": 10}), out_dir=tmp_path / "en61", seed=1)
     kept = json.loads((tmp_path / "en61" / "vocab.json").read_text())
     assert "here" not in kept["words"] and all(c >= n_train + 1 for c in kept["counts"].values())
     assert kept["min_count"] == n_train + 1
@@ -492,17 +500,17 @@ def test_vocabulary_is_built_from_the_runs_own_training_captions(world, tmp_path
 def test_fine_tuning_keeps_the_source_vocabulary(world, tmp_path):
     spec, _ = world
     built = {**spec, "vocab": {"min_count": 2}}
-    training.train(spec=built, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "src", seed=1)
+    training.train(spec=built, settings=run_settings({**SETTINGS, "max_updates": 10}), out_dir=tmp_path / "src", seed=1)
     ft = {**spec, "vocab": {"path": str(tmp_path / "src" / "vocab.json")},
           "init_from": str(tmp_path / "src" / "checkpoint.pt")}
-    training.train(spec=ft, settings={**SETTINGS, "max_updates": 10}, out_dir=tmp_path / "ft", seed=1)
+    training.train(spec=ft, settings=run_settings({**SETTINGS, "max_updates": 10}), out_dir=tmp_path / "ft", seed=1)
     assert (tmp_path / "ft" / "vocab.json").read_text() == (tmp_path / "src" / "vocab.json").read_text()
     with pytest.raises(ValueError, match="spec: vocab must be"):
-        training.train(spec={**spec, "vocab": {"min_count": 2, "path": "x"}}, settings=SETTINGS,
+        training.train(spec={**spec, "vocab": {"min_count": 2, "path": "x"}}, settings=run_settings(SETTINGS),
                        out_dir=tmp_path / "bad", seed=1)
     with pytest.raises(FileNotFoundError, match="nowhere.json: vocabulary not found"):
         training.train(spec={**spec, "vocab": {"path": str(tmp_path / "nowhere.json")}},
-                       settings=SETTINGS, out_dir=tmp_path / "bad", seed=1)
+                       settings=run_settings(SETTINGS), out_dir=tmp_path / "bad", seed=1)
 
 
 def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_path):
@@ -710,7 +718,7 @@ def test_a_language_of_the_translation_portion_validates_and_tests_on_its_own_ta
     task1.to_parquet(task1_path, index=False)
     spec = {**spec, "validation": {**spec["validation"], "langs": ["en", "fr"],
                                    "lang_captions": {"fr": str(task1_path)}}}
-    training.train(spec=spec, settings={**SETTINGS, "max_updates": 20}, out_dir=tmp_path / "m", seed=1)
+    training.train(spec=spec, settings=run_settings({**SETTINGS, "max_updates": 20}), out_dir=tmp_path / "m", seed=1)
     model, meta = checkpoints.load_model(tmp_path / "m" / "checkpoint.pt")
     assert set(meta["val_metrics"]) == {"en", "fr"}
     ids, feats = load_features(spec["validation"]["features"])

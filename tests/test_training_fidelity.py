@@ -8,6 +8,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import run_settings
 import torch
 
 import pseudopairs.model.training as training
@@ -99,11 +101,11 @@ def test_the_paper_configuration_has_the_authors_threshold():
     from pathlib import Path
 
     from pseudopairs.config import check_config, load_config
-    from pseudopairs.model.contract import training_settings
+    from pseudopairs.model.contract import experiment_training
 
     repo = Path(__file__).resolve().parents[1]
     config = check_config(load_config(repo / "config" / "experiments.yaml", repo / "config" / "paper.yaml"))
-    settings = training_settings(config, "en_de_c2c")
+    settings = experiment_training(config, "en_de_c2c").to_dict()
     plateau = plateau_loss(batch_size=settings["batch_size"], margin=settings["margin"],
                            max_violation=settings["max_violation"])
     assert settings["c2c_warmup"] * plateau == 49.0
@@ -127,11 +129,11 @@ def test_each_model_of_a_batched_stack_ends_its_warm_up_on_its_own_as_alone(worl
     settings = {**SETTINGS, "stack_compute": "batched", "max_updates": 100, "c2c_warmup": 0.95}
     seeds = (1, 2)
     stacked = train_stack(jobs=[{"seed": s, "spec": spec, "out_dir": str(tmp_path / f"stack{s}")}
-                                for s in seeds], settings=settings)
+                                for s in seeds], settings=run_settings(settings))
     # each model its own (observed on the 2-core AVX-512 CPU: 60 and 50)
     assert stacked[0]["c2c_from"] != stacked[1]["c2c_from"]
     for summary, seed in zip(stacked, seeds):
-        alone = training.train(spec=spec, settings=settings, out_dir=tmp_path / f"alone{seed}", seed=seed)
+        alone = training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / f"alone{seed}", seed=seed)
         assert summary["c2c_from"] == alone["c2c_from"] and summary["c2c_from"] % 10 == 0
         a = pd.read_csv(tmp_path / f"stack{seed}" / "train_log.csv")
         b = pd.read_csv(tmp_path / f"alone{seed}" / "train_log.csv")
@@ -207,11 +209,11 @@ def test_a_run_with_c2c_pool_draws_its_c2c_batches_from_the_one_pool(world, tmp_
     pooled = {**spec, "c2c": [spec["c2c"][0],
                               {"name": "m30k.de+m30k.en", "a": {**ref, "name": "m30k.de", "lang": "de"},
                                "b": {**ref, "name": "m30k.en", "lang": "en"}}]}
-    _ = training.train(spec=pooled, settings={**SETTINGS, "c2c_pool": True, "max_updates": 20},
+    _ = training.train(spec=pooled, settings=run_settings({**SETTINGS, "c2c_pool": True, "max_updates": 20}),
                        out_dir=tmp_path / "pool", seed=1)
     log = pd.read_csv(tmp_path / "pool" / "train_log.csv")
     assert set(log.loc[log["task"] == "c2c", "dataset"]) == {"m30k.en+m30k.de+m30k.de+m30k.en"}
-    _ = training.train(spec=pooled, settings={**SETTINGS, "max_updates": 20}, out_dir=tmp_path / "sets", seed=1)
+    _ = training.train(spec=pooled, settings=run_settings({**SETTINGS, "max_updates": 20}), out_dir=tmp_path / "sets", seed=1)
     log = pd.read_csv(tmp_path / "sets" / "train_log.csv")
     assert set(log.loc[log["task"] == "c2c", "dataset"]) == {"m30k.en+m30k.de", "m30k.de+m30k.en"}
 
@@ -293,8 +295,8 @@ def test_a_languages_pool_mixes_its_data_sets_by_size_and_batches_their_own_item
 def test_with_one_data_set_per_language_both_samplings_train_the_same_model(world, tmp_path):
     """Every row of 004 but Table 7's has one c2i data set per language: there the setting
     changes nothing (the same draws, streams and weights)."""
-    a = training.train(spec=world[0], settings={**SETTINGS, "max_updates": 20}, out_dir=tmp_path / "a", seed=1)
-    b = training.train(spec=world[0], settings={**SETTINGS, "max_updates": 20, "c2i_sampling": "language"},
+    a = training.train(spec=world[0], settings=run_settings({**SETTINGS, "max_updates": 20}), out_dir=tmp_path / "a", seed=1)
+    b = training.train(spec=world[0], settings=run_settings({**SETTINGS, "max_updates": 20, "c2i_sampling": "language"}),
                        out_dir=tmp_path / "b", seed=1)
     assert a["best_score"] == b["best_score"]
     assert (tmp_path / "a" / "train_log.csv").read_text() == (tmp_path / "b" / "train_log.csv").read_text()
@@ -311,11 +313,11 @@ def test_a_run_sampling_by_language_draws_a_languages_data_sets_as_one(world, tm
     shutil.copy(spec["c2i"][0]["captions"], copy)
     second = {**spec["c2i"][0], "name": "m30k.en-again", "captions": str(copy)}
     two = {**spec, "c2i": spec["c2i"] + [second], "c2c": []}
-    training.train(spec=two, settings={**SETTINGS, "c2i_sampling": "language", "max_updates": 40},
+    training.train(spec=two, settings=run_settings({**SETTINGS, "c2i_sampling": "language", "max_updates": 40}),
                    out_dir=tmp_path / "lang", seed=1)
     log = pd.read_csv(tmp_path / "lang" / "train_log.csv")
     assert set(log["dataset"]) == {"m30k.en+m30k.en-again", "m30k.de"}
-    training.train(spec=two, settings={**SETTINGS, "max_updates": 40}, out_dir=tmp_path / "sets", seed=1)
+    training.train(spec=two, settings=run_settings({**SETTINGS, "max_updates": 40}), out_dir=tmp_path / "sets", seed=1)
     log = pd.read_csv(tmp_path / "sets" / "train_log.csv")
     assert set(log["dataset"]) == {"m30k.en", "m30k.en-again", "m30k.de"}
 
@@ -336,7 +338,7 @@ def test_a_monolingual_run_validates_once_per_epoch(world, tmp_path):
     english = {**spec, "experiment": "en", "c2i": spec["c2i"][:1], "c2c": [],
                "validation": {**spec["validation"], "langs": ["en"]}}
     # 60 images x 5 English captions = 300 items, batches of 16: 18 updates per epoch
-    training.train(spec=english, settings={**SETTINGS, "validate_every_epochs": 1, "max_updates": 40},
+    training.train(spec=english, settings=run_settings({**SETTINGS, "validate_every_epochs": 1, "max_updates": 40}),
                    out_dir=tmp_path, seed=1)
     log = pd.read_csv(tmp_path / "train_log.csv")
     assert log.loc[log["val_score"].notna(), "update"].tolist() == [18, 36, 40]
@@ -351,12 +353,11 @@ def test_the_rows_of_papers_003_and_004_train_as_their_systems_did(configfile):
     from pathlib import Path
 
     from pseudopairs.config import check_config, load_config
-    from pseudopairs.model.contract import training_settings
-    from pseudopairs.model.settings import check_settings
+    from pseudopairs.model.contract import experiment_training
 
     repo = Path(__file__).resolve().parents[1]
     config = check_config(load_config(repo / "config" / "experiments.yaml", repo / "config" / configfile))
-    settings = {name: check_settings(training_settings(config, name)) for name in config["experiments"]}
+    settings = {name: experiment_training(config, name).to_dict() for name in config["experiments"]}
     # 004's code (2018) and 003 had no c2c warm-up; paper 000's rows keep the config's: the
     # authors' 49.0 at batch 128 in the paper configuration, the demo's 0.96 (its tables as shipped)
     assert settings["en_de_c2c"]["c2c_warmup"] == {"config.yaml": 0.96, "paper.yaml": 0.95703125}[configfile]

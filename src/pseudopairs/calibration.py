@@ -343,12 +343,13 @@ def dry_run_jobs(text: str) -> list[PlannedJob]:
 
 def job_kind(rule: str) -> tuple[str, int] | None:
     """(calibrated job kind, models) of a workflow rule name; None for a rule that is not one.
-    Stack rules carry their seed block in the name (``train_stack_NAME_seeds1_3``)."""
-    stack = re.match(r"^(train|evaluate)_stack_.*_seeds(\d+)_(\d+)$", rule)
+    Stack rules carry their seed block in the name (``train_stack_seeds1_3``)."""
+    stack = re.match(r"^(train|evaluate)_stack_seeds(\d+)_(\d+)$", rule)
     if stack:
         return stack.group(1), int(stack.group(3)) - int(stack.group(2)) + 1
     kinds = {"train": "train", "evaluate": "evaluate", "evaluate_clc": "evaluate", "features": "features",
-             "mine": "mine", "translate": "translate", "translate_clc": "translate"}
+             "mine": "mine", "translate": "translate", "translate_clc": "translate",
+             "translate_augment": "translate"}
     return (kinds[rule], 1) if rule in kinds else None
 
 

@@ -6,7 +6,9 @@ parameters, the files), the rule passes it as nested JSON (:meth:`Job.to_json`) 
 threads, device and resources from it, and the step rebuilds it (:meth:`Job.from_dict`) and reads
 attributes. Each part is either a :class:`~pseudopairs.settings.Settings` section (checked by its
 class, every default written there once) or another :class:`Job` part, so nothing is merged into
-one flat mapping and split again, and no step looks a declared setting up with a fallback.
+one flat mapping and split again, and no step looks a declared setting up with a fallback. A
+settings section travels as its explicit values (:meth:`~pseudopairs.settings.Settings.explicit`):
+a setting added later with a default changes no existing job's parameters, so nothing reruns.
 
 A field's type says how it is rebuilt: a ``Settings`` or ``Job`` subclass from a mapping, ``list[T]``
 / ``dict[str, T]`` of them item by item, ``T | None`` admits null; a plain type (``str``, ``int``,
@@ -29,8 +31,9 @@ _PLAIN = {str: "a string", int: "an integer", float: "a number", bool: "true or 
           list: "a list", dict: "an object"}
 
 
-class JobError(ValueError):
-    """A job's JSON that does not fit its class; the message names the field."""
+class JobError(SettingsError):
+    """A job's JSON that does not fit its class; the message names the field (a settings error:
+    a job carries settings)."""
 
 
 def _fits(value: Any, kind: type) -> bool:
@@ -80,8 +83,8 @@ def _rebuild(value: Any, kind: Any, where: str) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, Job):
         return value.to_dict()
-    if isinstance(value, Settings):
-        return value.to_dict()
+    if isinstance(value, Settings):   # its explicit values: a new setting reruns no job
+        return value.explicit()
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -1,7 +1,9 @@
 """Seed blocks: which seeds of an experiment are trained together in one job (config
-``training.stack``; the ``train-stack`` step, :mod:`pseudopairs.model.stack_training`), and the
-specs and inputs of a block's training and evaluation jobs. The workflow's rules
-(``workflow/rules/train.smk``) are generated from :func:`stacks`.
+``training.stack``; the ``train`` step, :mod:`pseudopairs.model.stack_training`). The workflow's
+rules (``workflow/rules/train.smk``) are generated from :func:`stack_experiments`, one pair per
+distinct block, the experiment a wildcard; each job is a block's
+:func:`~pseudopairs.model.contract.training_job` and
+:func:`~pseudopairs.evaluation.contract.evaluation_job`.
 
 Blocks are fixed by seed numbers — the sizes of consecutive blocks from seed 1, the last size
 repeating — and hold the seeds the config's outputs need (:func:`model_seeds`), so adding a seed
@@ -10,13 +12,10 @@ in a new block changes no other block's job.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pseudopairs import layout
 from pseudopairs.data.contract import dataset, dataset_kind
 from pseudopairs.experiments import experiment, shown_models
 from pseudopairs.mining.contract import pseudopair_set, pseudopair_sets
-from pseudopairs.model.contract import training_inputs, training_settings, training_spec
+from pseudopairs.model.contract import experiment_training
 
 
 def model_seeds(config: dict) -> dict[str, list[int]]:
@@ -62,7 +61,7 @@ def seed_blocks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
     the blocks its models are trained in, one job each, by ``training.stack`` (the experiment's
     own, else the config's). Block boundaries are fixed by seed numbers, so a seed added in a new
     block changes no other block's job."""
-    sizes = list(training_settings(config, name).get("stack") or [1])
+    sizes = experiment_training(config, name).stack
     blocks: dict[int, list[int]] = {}
     for seed in sorted(seeds):
         blocks.setdefault(seed_block(seed, sizes), []).append(seed)
@@ -71,7 +70,7 @@ def seed_blocks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
 
 def stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
     """Every (experiment, seeds) block of two or more seeds of ``models`` (:func:`model_seeds`):
-    one ``train-stack`` job each (a block of one seed is an ordinary ``train`` job)."""
+    one stacked ``train`` job each (a block of one seed is trained by rule train)."""
     return [(name, block) for name, seeds in models.items() if name in config["experiments"]
             for block in seed_blocks(config, name, seeds) if len(block) > 1]
 
@@ -89,13 +88,3 @@ def stack_experiments(config: dict, models: dict[str, list[int]]) -> dict[tuple[
 def block_label(seeds: list[int] | tuple[int, ...]) -> str:
     """A block's name in rule names, logs and group jobs: ``seeds1-3``."""
     return f"seeds{seeds[0]}-{seeds[-1]}"
-
-
-def stack_spec(config: dict, name: str, seeds: list[int]) -> dict[str, dict[str, Any]]:
-    """The ``train-stack`` step's models, by seed: each seed's training spec and model directory."""
-    return {str(seed): {"spec": training_spec(config, name, seed), "out_dir": layout.model_dir(name, seed)}
-            for seed in seeds}
-
-
-def stack_inputs(config: dict, name: str, seeds: list[int]) -> list[str]:
-    return sorted({path for seed in seeds for path in training_inputs(config, name, seed)})

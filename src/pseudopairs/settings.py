@@ -145,6 +145,14 @@ class Settings:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def explicit(self) -> dict:
+        """The settings that differ from their defaults (and the required ones): what a job
+        passes on, so a setting added later with a default changes no existing job's
+        parameters (:mod:`pseudopairs.jobs`); :meth:`from_dict` fills the rest in again."""
+        values = asdict(self)
+        return {f.name: values[f.name] for f in fields(self)
+                if _default(f) is MISSING or values[f.name] != _default(f)}
+
     @classmethod
     def config_errors(cls, values: dict | None, context: str = "") -> list[str]:
         """A config check of the section ``values`` (None: absent, nothing to check): no message,

@@ -90,8 +90,6 @@ def one_of(names):
 # gives Snakemake).
 
 
-
-
 def truecaser_inputs():
     return [layout.raw_captions(corpus, "train") for corpus in data_contract.text_corpora(config)]
 

@@ -18,7 +18,7 @@ for _seeds, _names in blocks.stack_experiments(config, MODELS).items():
         name:
             f"train_stack_{_rule}"
         input:
-            lambda w, seeds=_seeds: blocks.stack_inputs(config, w.experiment, seeds),
+            lambda w, seeds=_seeds: model_contract.training_job_inputs(config, w.experiment, seeds),
         output:
             [
                 path
@@ -43,11 +43,11 @@ for _seeds, _names in blocks.stack_experiments(config, MODELS).items():
         resources:
             **stack_resources("train", len(_seeds)),
         params:
-            models=lambda w, seeds=_seeds: as_json(blocks.stack_spec(config, w.experiment, seeds)),
-            settings=lambda w: as_json(model_contract.job_settings(config, w.experiment)),
+            job=lambda w, seeds=_seeds: as_json(
+                model_contract.training_job(config, w.experiment, seeds)
+            ),
         shell:
-            "python -m pseudopairs train-stack --models {params.models:q} "
-            "--settings {params.settings:q} --threads {threads} > {log:q} 2>&1"
+            "python -m pseudopairs train --job {params.job:q} --threads {threads} > {log:q} 2>&1"
 
     # the stack's models evaluated one after the other in one job of the stack's group job (so the
     # group asks one GPU and one evaluation's memory)
@@ -87,7 +87,7 @@ for _seeds, _names in blocks.stack_experiments(config, MODELS).items():
 
 rule train:
     input:
-        from_wildcards(model_contract.training_inputs, "experiment", "seed"),
+        from_wildcards(model_contract.training_job_inputs, "experiment", "seed"),
     output:
         checkpoint=layout.checkpoint("{experiment}", "{seed}"),
         vocab=layout.model_vocabulary("{experiment}", "{seed}"),
@@ -106,12 +106,9 @@ rule train:
     resources:
         **job_resources("train", gpu=True, grouped_with=["evaluate"]),
     params:
-        spec=from_wildcards(model_contract.training_spec, "experiment", "seed", to_json=True),
-        settings=from_wildcards(model_contract.job_settings, "experiment", to_json=True),
-        out_dir=lambda w: layout.model_dir(w.experiment, w.seed),
+        job=from_wildcards(model_contract.training_job, "experiment", "seed", to_json=True),
     shell:
-        "python -m pseudopairs train --spec {params.spec:q} --settings {params.settings:q} "
-        "--out-dir {params.out_dir:q} --seed {wildcards.seed:q} --threads {threads} > {log:q} 2>&1"
+        "python -m pseudopairs train --job {params.job:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule evaluate:

@@ -1,16 +1,19 @@
-"""The training stage's contract: what the ``train`` job of an experiment and seed reads (its
-:func:`training_spec`, the files of :func:`training_inputs`, its settings), how its vocabulary
+"""The training stage's contract: the ``train`` job of an experiment's seed block
+(:func:`training_job`: its settings, each seed's :func:`training_spec`; the files of
+:func:`training_job_inputs`), how its vocabulary
 is made and where each training language is validated, and :func:`check` of the ``model`` and
 ``training`` sections and of the ``experiments``' references (data sets, fine-tuning sources,
 dependency cycles, validation captions for every training language)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pseudopairs import layout
 from pseudopairs.data.contract import corpus_langs, dataset_files, feature_format
 from pseudopairs.experiments import experiment
+from pseudopairs.model.job import RunSettings, TrainedModel, TrainingJob
 from pseudopairs.model.settings import ModelSettings, TrainingSettings
 from pseudopairs.smalr.settings import FastTextSettings, HemSettings
 
@@ -40,19 +43,12 @@ def vocabulary_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
 
 def uses_hem(config: dict, name: str) -> bool:
     """Whether the experiment's text encoder is paper 002's hybrid embedding (``hem``)."""
-    return training_settings(config, name).get("text_encoder", "gru") == "hem"
-
-
-def training_settings(config: dict, name: str) -> dict[str, Any]:
-    """The settings of the experiment's training jobs: the config's ``training`` and ``model``
-    sections, with the experiment's own ``training`` and ``model`` entries over them (so changing
-    one experiment's setting reruns that experiment and what depends on it, nothing else)."""
-    exp = experiment(config, name)
-    return {**config["training"], **exp.get("training", {}), **config["model"], **exp.get("model", {})}
+    return experiment_model(config, name).text_encoder == "hem"
 
 
 def experiment_training(config: dict, name: str) -> TrainingSettings:
-    """The experiment's ``training`` settings: its own entries over the config's section."""
+    """The experiment's ``training`` settings: its own entries over the config's section (so
+    changing one experiment's setting reruns that experiment and what depends on it)."""
     return TrainingSettings.from_dict({**config["training"], **experiment(config, name).get("training", {})})
 
 
@@ -61,10 +57,27 @@ def experiment_model(config: dict, name: str) -> ModelSettings:
     return ModelSettings.from_dict({**config["model"], **experiment(config, name).get("model", {})})
 
 
-def job_settings(config: dict, name: str) -> dict[str, Any]:
-    """:func:`training_settings` as a training job receives them: without ``stack``, which only
-    groups seeds into jobs (so regrouping them reruns no job whose block is unchanged)."""
-    return {k: v for k, v in training_settings(config, name).items() if k != "stack"}
+def run_settings(config: dict, name: str) -> RunSettings:
+    """The settings each of the experiment's runs trains with. Without ``training.stack``, which
+    only groups seeds into jobs (regrouping them reruns no job whose block is unchanged)."""
+    training = experiment_training(config, name)
+    return RunSettings(training=replace(training, stack=TrainingSettings.defaults()["stack"]),
+                       model=experiment_model(config, name))
+
+
+def training_job(config: dict, name: str, seeds: list[int] | int) -> TrainingJob:
+    """The ``train`` job of experiment ``name``'s models of ``seeds`` (one seed, or a stack's):
+    each seed's training spec and model directory, and the experiment's settings."""
+    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
+    models = {str(seed): TrainedModel(spec=training_spec(config, name, seed),
+                                      out_dir=layout.model_dir(name, seed)) for seed in seeds}
+    return TrainingJob(experiment=name, settings=run_settings(config, name), models=models)
+
+
+def training_job_inputs(config: dict, name: str, seeds: list[int] | int) -> list[str]:
+    """Every file the ``train`` job of (``name``, ``seeds``) reads, for the Snakemake rule."""
+    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
+    return sorted({path for seed in seeds for path in training_inputs(config, name, seed)})
 
 
 def validation_corpus(config: dict, lang: str) -> str:

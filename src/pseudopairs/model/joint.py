@@ -127,4 +127,4 @@ class JointSampler:
 
 def joint_sampler(trainer, *, c2i: Sequence[C2IData], c2c: Sequence[C2CData], seed: int) -> JointSampler:
     """The ``joint`` objective's setup (:class:`pseudopairs.model.objectives.Objective`)."""
-    return JointSampler(joint_groups(c2i, c2c), batch_size=trainer.settings["batch_size"], seed=seed)
+    return JointSampler(joint_groups(c2i, c2c), batch_size=trainer.settings.batch_size, seed=seed)

@@ -169,15 +169,3 @@ class ModelSettings(Settings):
     def check(self) -> None:
         if self.text_encoder not in TEXT_ENCODERS:
             raise self.bad("text_encoder", f"must be one of {TEXT_ENCODERS.names()}")
-
-
-def check_settings(settings: dict) -> dict:
-    """Validate the merged ``training`` + ``model`` settings of a job (each key checked by its
-    section's settings class, errors naming ``training.KEY`` or ``model.KEY``); returns the
-    normalised merged dict, every setting present."""
-    if not isinstance(settings, dict):
-        raise SettingsError(f"training settings must be a JSON object, got {type(settings).__name__}")
-    model_keys = set(ModelSettings.__dataclass_fields__)
-    model = ModelSettings.from_dict({k: v for k, v in settings.items() if k in model_keys})
-    training = TrainingSettings.from_dict({k: v for k, v in settings.items() if k not in model_keys})
-    return {**training.to_dict(), **model.to_dict()}

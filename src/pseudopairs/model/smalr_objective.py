@@ -62,6 +62,7 @@ from pseudopairs.smalr.constraints import (LanguageClassifier, image_sentence_lo
 from pseudopairs.smalr.mclm import MCLMHead, average_representation, mask_tokens, mclm_loss
 
 if TYPE_CHECKING:
+    from pseudopairs.model.settings import TrainingSettings
     from pseudopairs.model.training import Trainer
 
 TERMS = ("image_sentence", "neighbourhood", "language", "mclm")
@@ -98,16 +99,16 @@ class Encoded:
     average_masked: torch.Tensor | None
 
 
-def masked_positives(settings: dict) -> bool:
+def masked_positives(settings: TrainingSettings) -> bool:
     """Whether Eq. (3) also scores the masked captions: ``smalr_masked_positives``, or when it is
     null, whether the MCLM module is on (``smalr_mclm_weight`` > 0)."""
-    chosen = settings.get("smalr_masked_positives")
+    chosen = settings.smalr_masked_positives
     return mclm_on(settings) if chosen is None else bool(chosen)
 
 
-def mclm_on(settings: dict) -> bool:
+def mclm_on(settings: TrainingSettings) -> bool:
     """Whether the run has the MCLM module (its loss, heads and masked sentences)."""
-    return float(settings["smalr_mclm_weight"]) > 0
+    return float(settings.smalr_mclm_weight) > 0
 
 
 def encode_batch(model, batch: JointBatch, langs: dict, *, fraction: float,
@@ -180,11 +181,11 @@ def smalr_terms(images: torch.Tensor, encoded: dict[str, Encoded], heads: SmalrH
     return terms
 
 
-def total_loss(terms: dict[str, torch.Tensor], settings: dict) -> torch.Tensor:
+def total_loss(terms: dict[str, torch.Tensor], settings: TrainingSettings) -> torch.Tensor:
     """Eq. (4): Eq. (3) plus the weighted constraint terms."""
-    return (terms["image_sentence"] + settings["smalr_neighbourhood_weight"] * terms["neighbourhood"]
-            + settings["smalr_language_weight"] * terms["language"]
-            + settings["smalr_mclm_weight"] * terms["mclm"])
+    return (terms["image_sentence"] + settings.smalr_neighbourhood_weight * terms["neighbourhood"]
+            + settings.smalr_language_weight * terms["language"]
+            + settings.smalr_mclm_weight * terms["mclm"])
 
 
 class SmalrState:
@@ -202,11 +203,11 @@ class SmalrState:
             torch.manual_seed(int(seed) * 1_000_003 + key)
             self.heads = SmalrHeads(joint_dim=model.joint_dim, embedding_dim=model.embedding_dim,
                                     languages=sorted(set(self.langs.values())),
-                                    hidden=settings.get("smalr_language_hidden"), mclm=self.mclm,
-                                    classifier=float(settings["smalr_language_weight"]) > 0)
+                                    hidden=settings.smalr_language_hidden, mclm=self.mclm,
+                                    classifier=float(settings.smalr_language_weight) > 0)
         self.heads.to(trainer.device)
         parameters = list(self.heads.parameters())
-        self.optimizer = (torch.optim.Adam(parameters, lr=settings["learning_rate"])
+        self.optimizer = (torch.optim.Adam(parameters, lr=settings.learning_rate)
                           if parameters else None)
         self.generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + key + 1)
 
@@ -253,15 +254,15 @@ def smalr_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     if state.optimizer is not None:
         state.optimizer.zero_grad(set_to_none=True)
     images, encoded = encode_batch(model, batch, state.langs,
-                                   fraction=settings["smalr_mask_fraction"],
+                                   fraction=settings.smalr_mask_fraction,
                                    generator=state.generator, mask=state.masking)
-    terms = smalr_terms(images, encoded, state.heads, margin=settings["margin"],
-                        top_k=settings["smalr_top_k"], detach_targets=settings["smalr_mclm_detach"],
+    terms = smalr_terms(images, encoded, state.heads, margin=settings.margin,
+                        top_k=settings.smalr_top_k, detach_targets=settings.smalr_mclm_detach,
                         masked_positives=state.masked_positives)
     loss = total_loss(terms, settings)
-    optimise(model, trainer.optimizer, loss, grad_clip=settings["grad_clip"])
+    optimise(model, trainer.optimizer, loss, grad_clip=settings.grad_clip)
     if state.optimizer is not None:
-        if settings["grad_clip"] > 0:
-            torch.nn.utils.clip_grad_norm_(state.heads.parameters(), settings["grad_clip"])
+        if settings.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(state.heads.parameters(), settings.grad_clip)
         state.optimizer.step()
     return "smalr", group.name, loss.detach()

@@ -417,12 +417,13 @@ def step_models(stack: StackedRankingModel, optimizer: StackedAdam, losses: torc
     optimizer.step([is_c2i if name in IMAGE_PARAMETERS else None for name in PARAMETERS])
 
 
-def stack_supported(settings: dict) -> str | None:
-    """Why runs with ``settings`` cannot share one batched stack (None: they can): the batched
-    update implements the ``sampled`` objective and the ``gru`` text encoder."""
-    if settings.get("objective", "sampled") != "sampled":
-        return f"objective {settings['objective']!r} (the batched update implements 'sampled')"
-    if settings.get("text_encoder", "gru") != "gru":
-        return f"text_encoder {settings['text_encoder']!r} (the batched model implements 'gru')"
+def stack_supported(settings) -> str | None:
+    """Why runs with ``settings`` (:class:`~pseudopairs.model.job.RunSettings`) cannot share one
+    batched stack (None: they can): the batched update implements the ``sampled`` objective and
+    the ``gru`` text encoder."""
+    if settings.training.objective != "sampled":
+        return f"objective {settings.training.objective!r} (the batched update implements 'sampled')"
+    if settings.model.text_encoder != "gru":
+        return f"text_encoder {settings.model.text_encoder!r} (the batched model implements 'gru')"
     return None
 

@@ -1,4 +1,5 @@
-"""The ``train-stack`` step: the seeds of one experiment's seed block trained in one job.
+"""The ``train`` step: the seeds of one experiment's seed block trained in one job (a
+:class:`~pseudopairs.model.job.TrainingJob`; a block of one seed is one model trained alone).
 
 Each model is a run of its own (:class:`pseudopairs.model.training._Run`): its seed, spec (a
 pseudopair data set or fine-tuning source of its own seed), vocabulary, batch streams, task
@@ -38,18 +39,18 @@ from tqdm import tqdm
 
 from pseudopairs import commands
 from pseudopairs.model.batches import C2IBatch
-from pseudopairs.model.settings import check_settings
+from pseudopairs.model.job import RunSettings, TrainingJob
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
 from pseudopairs.model.stack_graph import StaticStackUpdate
-from pseudopairs.model.training import LOSS_READBACK_EVERY, _Run, cli_settings, summary_line
+from pseudopairs.model.training import LOSS_READBACK_EVERY, _Run, summary_line
 from pseudopairs.settings import SettingsError, resolve_device
 
 log = logging.getLogger(__name__)
 
 
-def stack_compute(settings: dict, *, device: str, n_models: int) -> str:
-    """``batched`` or ``separate`` for a job of ``n_models`` with these (checked) settings."""
-    choice = settings["stack_compute"]
+def stack_compute(settings: RunSettings, *, device: str, n_models: int) -> str:
+    """``batched`` or ``separate`` for a job of ``n_models`` with these settings."""
+    choice = settings.training.stack_compute
     if n_models < 2:
         return "separate"
     why_not = stack_supported(settings)
@@ -80,21 +81,21 @@ class _StackLoop:
     def __init__(self, runs: Sequence[_Run]) -> None:
         self.runs = list(runs)
         settings = self.runs[0].settings
-        self.options = {"margin": settings["margin"], "max_violation": settings["max_violation"],
-                        "grad_clip": settings["grad_clip"], "similarity": settings["similarity"]}
+        self.options = {"margin": settings.margin, "max_violation": settings.max_violation,
+                        "grad_clip": settings.grad_clip, "similarity": settings.similarity}
         self.stack = StackedRankingModel([r.model for r in self.runs])
-        self.stack.precision = settings["stack_precision"]
-        self.stack.compile = settings["stack_compile"]
+        self.stack.precision = settings.stack_precision
+        self.stack.compile = settings.stack_compile
         if self.stack.compile:
             check_compiler()
-        self.optimizer = StackedAdam(self.stack.parameters_in_order(), lr=settings["learning_rate"])
+        self.optimizer = StackedAdam(self.stack.parameters_in_order(), lr=settings.learning_rate)
         for s, run in enumerate(self.runs):  # resumed runs bring their Adam state
             self.optimizer.load_torch_state(s, run.trainer.optimizer.state_dict())
             run.optimizer_state = self._state_of(run)
         # on a GPU, each update replayed as a CUDA graph (training.cuda_graphs; stack_graph)
         self.graphed = None
-        if settings["cuda_graphs"] and self.stack.device.type == "cuda" and settings["similarity"] == "cosine":
-            self.graphed = StaticStackUpdate(self.stack, self.optimizer, pinned=settings["pinned_memory"],
+        if settings.cuda_graphs and self.stack.device.type == "cuda" and settings.similarity == "cosine":
+            self.graphed = StaticStackUpdate(self.stack, self.optimizer, pinned=settings.pinned_memory,
                                              **self.options)
 
     def _state_of(self, run: _Run):
@@ -107,7 +108,7 @@ class _StackLoop:
 
     def run(self) -> None:
         settings = self.runs[0].settings
-        bar = tqdm(total=settings["max_updates"], initial=self.runs[0].progress.update, mininterval=10,
+        bar = tqdm(total=settings.max_updates, initial=self.runs[0].progress.update, mininterval=10,
                    unit="upd", desc=f"train {self.runs[0].spec['experiment']} × {len(self.runs)}")
         while self.runs:
             draws = []
@@ -153,18 +154,18 @@ class _StackLoop:
                     self.graphed.reset()
 
 
-def train_stack(*, jobs: Sequence[dict], settings: dict) -> list[dict]:
+def train_stack(*, jobs: Sequence[dict], settings: RunSettings | dict) -> list[dict]:
     """Train the models of one seed block in one job (see the module docstring). ``jobs``:
     ``[{"seed": int, "spec": training spec, "out_dir": model directory}, ...]``; ``settings``:
     as :func:`pseudopairs.model.training.train`'s. Returns each model's summary, in ``jobs``' order."""
     if not jobs:
-        raise ValueError("train-stack: no models to train")
+        raise ValueError("train: no models to train")
     seeds = [int(job["seed"]) for job in jobs]
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"train-stack: seeds {seeds} repeat")
-    checked = check_settings(dict(settings))
-    device = resolve_device(checked["device"], key="training.device")
-    compute = stack_compute(checked, device=device, n_models=len(jobs))
+        raise ValueError(f"train: seeds {seeds} repeat")
+    settings = RunSettings.from_dict(settings)
+    device = resolve_device(settings.training.device, key="training.device")
+    compute = stack_compute(settings, device=device, n_models=len(jobs))
     features: dict = {}
     runs = []
     for job in jobs:
@@ -197,14 +198,22 @@ def train_stack(*, jobs: Sequence[dict], settings: dict) -> list[dict]:
     return summaries
 
 
-def _cli_train_stack(args: argparse.Namespace) -> None:
-    jobs = [{"seed": int(seed), **model} for seed, model in args.models.items()]
-    for summary, job in zip(train_stack(jobs=jobs, settings=cli_settings(args)), jobs):
-        print(summary_line(summary, job["out_dir"]))
+def train_job(job: TrainingJob, *, threads: int | None = None) -> list[dict]:
+    """The ``train`` job: its models (a seed, or a stack's seeds) with its settings, on
+    ``threads`` CPU threads (the scheduler's grant; None: the job's own)."""
+    jobs = [{"seed": int(seed), "spec": model.spec, "out_dir": model.out_dir}
+            for seed, model in job.models.items()]
+    return train_stack(jobs=jobs, settings=job.settings.with_threads(threads))
+
+
+def _cli_train(args: argparse.Namespace) -> None:
+    job = TrainingJob.from_dict(args.job)
+    for summary, model in zip(train_job(job, threads=args.threads), job.models.values()):
+        print(summary_line(summary, model.out_dir))
 
 
 def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "train-stack", _cli_train_stack)
-    commands.add_json(p, "--models", "the block's models by seed: {seed: {spec (model.contract.training_spec), out_dir}}")
-    commands.add_json(p, "--settings", "the config's training section merged with model")
+    p = commands.add_command(subparsers, "train", _cli_train)
+    commands.add_json(p, "--job", "the training job: an experiment's settings and its models by seed, "
+                                  "{seed: {spec, out_dir}} (model.contract.training_job)")
     commands.add_threads(p)

@@ -74,7 +74,8 @@ from pseudopairs.model.inputs import (check_spec, input_stamps, load_data, run_v
 from pseudopairs.model.objectives import OBJECTIVES
 from pseudopairs.model.losses import plateau_loss
 from pseudopairs.model.schedule import C2CWarmup, updates_per_epoch, validation_interval
-from pseudopairs.model.settings import check_settings
+from pseudopairs.model.job import RunSettings, TrainingJob
+from pseudopairs.model.settings import TrainingSettings
 from pseudopairs.model.text_encoders import check_vocabulary, read_hem_init
 from pseudopairs.settings import resolve_device
 
@@ -89,10 +90,6 @@ LOG_COLUMNS = ["update", "task", "dataset", "loss", "val_score"]
 # Losses stay on the device and are read back (one synchronisation) every this many updates and
 # at every validation; a non-finite one is reported with its own update number.
 LOSS_READBACK_EVERY = 50
-# Settings that do not change the result of a (CPU) run, so a resumed run may differ in them
-# (how a job groups its seeds does not; how it computes them is in the run key as "compute").
-_RUN_NEUTRAL_SETTINGS = ("device", "threads", "stack", "stack_compute", "cuda_graphs", "resume_every",
-                         "pinned_memory")
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,35 +106,35 @@ class Trainer:
     whole per-update work of the run's objective."""
 
     def __init__(self, model: RankingModel, *, c2i: Sequence[C2IData], c2c: Sequence[C2CData],
-                 settings: dict, seed: int, device: torch.device | str) -> None:
+                 settings: TrainingSettings, seed: int, device: torch.device | str) -> None:
         self.model = model
         self.device = torch.device(device)
         self.settings = settings
-        objective = OBJECTIVES.get(settings.get("objective", "sampled"))
+        objective = OBJECTIVES.get(settings.objective)
         self.objective = objective.update_function()
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
         self.data: dict[tuple[str, str], C2IData | C2CData | PooledC2CData] = {}
         self.streams: dict[tuple[str, str], BatchStream] = {}
         # training.c2c_pool (paper 004): the sampled objective draws c2c batches from one pool
-        drawn_c2c = [PooledC2CData(c2c)] if settings.get("c2c_pool") and len(c2c) > 1 else list(c2c)
+        drawn_c2c = [PooledC2CData(c2c)] if settings.c2c_pool and len(c2c) > 1 else list(c2c)
         # training.c2i_sampling (paper 004): a language uniformly, its c2i data sets one pool
-        drawn_c2i = c2i_draws(c2i, sampling=settings.get("c2i_sampling", "dataset"))
+        drawn_c2i = c2i_draws(c2i, sampling=settings.c2i_sampling)
         for dataset in [*drawn_c2i, *drawn_c2c]:
             key = (dataset.task, dataset.name)
             if len(dataset) < 2:
                 raise ValueError(f"data set {dataset.name}: {len(dataset)} item(s); a contrastive "
                                  "batch needs at least 2")
             self.data[key] = dataset
-            self.streams[key] = BatchStream(len(dataset), settings["batch_size"],
+            self.streams[key] = BatchStream(len(dataset), settings.batch_size,
                                             rng=_stream_seed(seed, f"{dataset.task}:{dataset.name}"))
         self.sampler = TaskSampler(c2i=[d.name for d in drawn_c2i], c2c=[d.name for d in drawn_c2c],
-                                   c2c_probability=settings["c2c_probability"],
+                                   c2c_probability=settings.c2c_probability,
                                    rng=_stream_seed(seed, "task-sampler"))
         self.warmup = C2CWarmup.for_run(
-            c2c_warmup=settings.get("c2c_warmup"), has_c2c=bool(c2c),
-            max_violation=settings["max_violation"],
-            plateau=plateau_loss(batch_size=settings["batch_size"], margin=settings["margin"],
-                                 max_violation=settings["max_violation"]))
+            c2c_warmup=settings.c2c_warmup, has_c2c=bool(c2c),
+            max_violation=settings.max_violation,
+            plateau=plateau_loss(batch_size=settings.batch_size, margin=settings.margin,
+                                 max_violation=settings.max_violation))
         setup = objective.setup_function()
         self.objective_state = setup(self, c2i=c2i, c2c=c2c, seed=seed) if setup else None
 
@@ -149,7 +146,7 @@ class Trainer:
     def epoch_updates(self) -> int:
         """Updates of one epoch: one pass of every batch stream (:mod:`pseudopairs.model.schedule`)."""
         return updates_per_epoch([s.n_items for s in self.streams.values()],
-                                 batch_size=self.settings["batch_size"])
+                                 batch_size=self.settings.batch_size)
 
     def update(self) -> tuple[str, str, torch.Tensor]:
         """One training update of the run's objective: (task, data set, detached loss)."""
@@ -221,11 +218,12 @@ def _write_log(path: Path, rows: list) -> None:
     write_text_atomic(path, frame.to_csv(index=False))
 
 
-def _build_model(spec: dict, settings: dict, *, vocab, image_dim: int, c2i) -> RankingModel:
+def _build_model(spec: dict, settings: RunSettings, *, vocab, image_dim: int, c2i) -> RankingModel:
     """The run's model; every step after training rebuilds it from the checkpoint
     (:func:`~pseudopairs.model.checkpoints.load_model`). A ``hem`` text encoder starts from the
     rows and assignment of ``spec["text_init"]`` (the pretrain-hem step's output)."""
-    encoder = settings["text_encoder"]
+    dims = settings.model
+    encoder = dims.text_encoder
     check_vocabulary(vocab, encoder, where=f"spec: vocab of {spec['experiment']}")
     text_init, options = None, {}
     if encoder == "hem":
@@ -235,14 +233,14 @@ def _build_model(spec: dict, settings: dict, *, vocab, image_dim: int, c2i) -> R
         text_init = read_hem_init(spec["text_init"], vocab)
         options = {"rows": int(text_init["weight"].shape[0]),
                    "row_dim": int(text_init["weight"].shape[1])}
-    model = RankingModel(len(vocab), embedding_dim=settings["embedding_dim"],
-                         joint_dim=settings["joint_dim"], image_dim=image_dim,
-                         image_normalization=settings["image_normalization"],
-                         similarity=settings["similarity"], text_encoder=encoder,
+    model = RankingModel(len(vocab), embedding_dim=dims.embedding_dim,
+                         joint_dim=dims.joint_dim, image_dim=image_dim,
+                         image_normalization=dims.image_normalization,
+                         similarity=settings.training.similarity, text_encoder=encoder,
                          text_options=options)
     if text_init is not None:
         model.set_text_embedding(**text_init)
-    if settings["image_normalization"] == "standardize":
+    if dims.image_normalization == "standardize":
         mean, std = training_image_statistics(c2i)
         model.set_image_standardization(mean=mean, std=std)
     if spec["init_from"]:
@@ -259,39 +257,39 @@ def _build_model(spec: dict, settings: dict, *, vocab, image_dim: int, c2i) -> R
 class _Run:
     """One training run: set up (or resume), the update loop with validations, the outputs."""
 
-    def __init__(self, *, spec: dict, settings: dict, out_dir, seed: int,
+    def __init__(self, *, spec: dict, settings: RunSettings | dict, out_dir, seed: int,
                  compute: str = "separate", feature_cache: dict | None = None) -> None:
         self.arguments = {"spec": spec, "settings": settings, "out_dir": out_dir, "seed": seed,
                           "compute": compute, "feature_cache": feature_cache}
         self.spec = spec = check_spec(spec)
-        self.settings = settings = check_settings(settings)
+        self.run_settings = RunSettings.from_dict(settings)
+        self.settings = training = self.run_settings.training
         self.seed = seed = int(seed)
         self.out_dir = out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        if settings["threads"] > 0:
-            torch.set_num_threads(settings["threads"])
-        device = torch.device(resolve_device(settings["device"], key="training.device"))
+        if training.threads > 0:
+            torch.set_num_threads(training.threads)
+        device = torch.device(resolve_device(training.device, key="training.device"))
         if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = settings["tf32"]
-            torch.backends.cudnn.allow_tf32 = settings["tf32"]
+            torch.backends.cuda.matmul.allow_tf32 = training.tf32
+            torch.backends.cudnn.allow_tf32 = training.tf32
         self.vocab = vocab = run_vocabulary(spec)
         c2i, c2c, self.val_sets, image_dim = load_data(spec, vocab, feature_cache=feature_cache)
-        if c2c and settings["c2c_probability"] == 0 and settings["objective"] == "sampled":
+        if c2c and training.c2c_probability == 0 and training.objective == "sampled":
             log.warning("%s: c2c data sets given but c2c_probability is 0; they are never used",
                         spec["experiment"])
         seed_everything(seed)
-        self.model = _build_model(spec, settings, vocab=vocab, image_dim=image_dim, c2i=c2i)
+        self.model = _build_model(spec, self.run_settings, vocab=vocab, image_dim=image_dim, c2i=c2i)
         self.model.to(device)
-        self.trainer = Trainer(self.model, c2i=c2i, c2c=c2c, settings=settings, seed=seed, device=device)
+        self.trainer = Trainer(self.model, c2i=c2i, c2c=c2c, settings=training, seed=seed, device=device)
         self.device = device
         # updates between validations (training.validate_every, or validate_every_epochs epochs)
         self.validate_every = validation_interval(
-            validate_every=settings["validate_every"],
-            validate_every_epochs=settings["validate_every_epochs"],
+            validate_every=training.validate_every,
+            validate_every_epochs=training.validate_every_epochs,
             epoch_updates=self.trainer.epoch_updates())
         self.run_key = {"spec": spec, "seed": seed, "vocab_size": len(vocab), "compute": compute,
-                        "settings": {k: v for k, v in settings.items() if k not in _RUN_NEUTRAL_SETTINGS},
-                        "inputs": input_stamps(spec)}
+                        "settings": self.run_settings.run_key(), "inputs": input_stamps(spec)}
         self.progress = _Progress()
         self.last_path, self.ckpt_path = out_dir / LAST, out_dir / CHECKPOINT
         self.log_path, self.vocab_path = out_dir / TRAIN_LOG, out_dir / VOCAB
@@ -343,7 +341,7 @@ class _Run:
         """Whether this validation saves ``last.pt``: every ``resume_every`` updates (0: every
         validation), and always when the run has finished (a stack keeps finished models' states
         until its last model finishes, so a killed stack job loses none of them)."""
-        every = self.settings["resume_every"]
+        every = self.settings.resume_every
         p = self.progress
         return (p.finished or not every or self.saved_at is None
                 or p.update - self.saved_at >= every)
@@ -385,13 +383,13 @@ class _Run:
             p.bad_validations = 0
         else:
             p.bad_validations += 1
-        if p.bad_validations >= settings["patience"]:
-            p.finished, p.stop_reason = True, f"early stopping: no improvement in {settings['patience']} validations"
-        elif p.update >= settings["max_updates"]:
-            p.finished, p.stop_reason = True, f"reached max_updates={settings['max_updates']} (still improving: raise it)"
+        if p.bad_validations >= settings.patience:
+            p.finished, p.stop_reason = True, f"early stopping: no improvement in {settings.patience} validations"
+        elif p.update >= settings.max_updates:
+            p.finished, p.stop_reason = True, f"reached max_updates={settings.max_updates} (still improving: raise it)"
             log.warning("%s seed %d: stopped by the max_updates guard (%d), not by early stopping: "
                         "the model was still improving; raise training.max_updates",
-                        self.spec["experiment"], self.seed, settings["max_updates"])
+                        self.spec["experiment"], self.seed, settings.max_updates)
         log.info("%s update %d: validation score %.2f (best %.2f at update %d)%s",
                  self.spec["experiment"], p.update, score, p.best_score, p.best_update,
                  f"; stopping: {p.stop_reason}" if p.finished else "")
@@ -403,11 +401,11 @@ class _Run:
         """Whether the update just taken ends with a validation (every ``validate_every`` updates
         of this run, and at ``max_updates``)."""
         update = self.progress.update
-        return update % self.validate_every == 0 or update >= self.settings["max_updates"]
+        return update % self.validate_every == 0 or update >= self.settings.max_updates
 
     def loop(self) -> None:
         p, settings = self.progress, self.settings
-        bar = tqdm(total=settings["max_updates"], initial=p.update, desc=f"train {self.spec['experiment']}",
+        bar = tqdm(total=settings.max_updates, initial=p.update, desc=f"train {self.spec['experiment']}",
                    mininterval=10, unit="upd")
         while not p.finished:
             task, name, loss = self.trainer.update()
@@ -428,7 +426,8 @@ class _Run:
         p = self.progress
         save_atomic(self.ckpt_path, {
             "format": CHECKPOINT_FORMAT, "model_state": _on_cpu(p.best_state), **self.model.config(),
-            "spec": self.spec, "settings": self.settings, "seed": self.seed,
+            "spec": self.spec, "seed": self.seed,
+            "settings": {"training": self.settings.to_dict(), "model": self.run_settings.model.to_dict()},
             "best_score": p.best_score, "val_score": p.best_score, "update": p.best_update,
             "val_metrics": p.best_metrics, "stop_reason": p.stop_reason, "updates": p.update,
             "c2c_from": p.c2c_from, "objective_parameters": self.trainer.objective_parameters()})
@@ -455,7 +454,7 @@ def _on_cpu(state: dict | None) -> dict | None:
     return None if state is None else {k: v.to("cpu") for k, v in state.items()}
 
 
-def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
+def train(*, spec: dict, settings: RunSettings | dict, out_dir, seed: int) -> dict:
     """Train one experiment for one seed; see the module docstring for the files written.
 
     ``spec``: ``{"experiment": str, "c2i": [{"name", "captions", "features", "lang"}, ...],
@@ -463,9 +462,9 @@ def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
     "langs": [...]}, "vocab": {"min_count": N} | {"path": vocabulary JSON}, "init_from": null |
     checkpoint path}`` (``init_from``: start from that model's best weights with a fresh
     optimizer; see :func:`pseudopairs.model.inputs.run_vocabulary` for ``vocab``). ``settings``:
-    the ``training`` and ``model`` sections merged (:class:`pseudopairs.model.settings.TrainingSettings`,
-    :class:`pseudopairs.model.settings.ModelSettings`). Returns a summary (best score and update, updates run, stop reason,
-    per-language metrics).
+    the experiment's ``training`` and ``model`` sections
+    (:class:`~pseudopairs.model.job.RunSettings`, or its JSON ``{"training": {…}, "model": {…}}``).
+    Returns a summary (best score and update, updates run, stop reason, per-language metrics).
     """
     run = _Run(spec=spec, settings=settings, out_dir=out_dir, seed=seed)
     run.resume()
@@ -473,35 +472,7 @@ def train(*, spec: dict, settings: dict, out_dir, seed: int) -> dict:
     return run.finish()
 
 
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-
-def cli_settings(args: argparse.Namespace) -> dict:
-    """``--settings`` with ``--threads`` (the cores the scheduler granted: Snakemake's {threads})."""
-    settings = dict(args.settings)
-    if args.threads is not None:
-        settings["threads"] = args.threads
-    return settings
-
-
 def summary_line(summary: dict, out_dir) -> str:
     return (f"trained {summary['experiment']} seed {summary['seed']}: best validation score "
             f"{summary['best_score']:.2f} at update {summary['best_update']} of {summary['updates']} "
             f"({summary['stop_reason']}) -> {Path(out_dir) / CHECKPOINT}")
-
-
-def _cli_train(args: argparse.Namespace) -> None:
-    summary = train(spec=args.spec, settings=cli_settings(args), out_dir=args.out_dir, seed=args.seed)
-    print(summary_line(summary, args.out_dir))
-
-
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "train", _cli_train)
-    commands.add_json(p, "--spec", "resolved experiment inputs (model.contract.training_spec)")
-    commands.add_json(p, "--settings", "the config's training section merged with model")
-    p.add_argument("--out-dir", required=True,
-                   help="model directory (checkpoint.pt, vocab.json, train_log.csv)")
-    p.add_argument("--seed", type=int, required=True)
-    commands.add_threads(p)

@@ -54,8 +54,8 @@ def sampled_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     settings = trainer.settings
     loss = train_update(trainer.model, trainer.optimizer,
                       batch.to(trainer.device, non_blocking=trainer.device.type == "cuda"),
-                      margin=settings["margin"], max_violation=settings["max_violation"],
-                      grad_clip=settings["grad_clip"], similarity=settings["similarity"])
+                      margin=settings.margin, max_violation=settings.max_violation,
+                      grad_clip=settings.grad_clip, similarity=settings.similarity)
     if task == "c2i":
         trainer.note_c2i_loss(loss)
     return task, name, loss
@@ -74,8 +74,8 @@ def joint_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
     sources = {"image": (model.encode_images(batch.features), np.arange(n_images))}
     for name, (tokens, lengths, rows) in batch.captions.items():
         sources[name] = (model.encode_captions(tokens, lengths), rows)
-    similarity = settings["similarity"]
-    options = {"margin": settings["margin"], "max_violation": settings["max_violation"]}
+    similarity = settings.similarity
+    options = {"margin": settings.margin, "max_violation": settings.max_violation}
     sizes: list[int] = []
     loss = joint_loss(sources, [("image", name, similarity) for name in batch.captions], sizes=sizes,
                       **options)
@@ -88,5 +88,5 @@ def joint_update(trainer: "Trainer") -> tuple[str, str, torch.Tensor]:
                  if a in sources and b in sources]
         loss = loss + joint_loss(sources, pairs, **options)
     if loss.requires_grad:                  # else no pair had two items: nothing to learn from
-        optimise(model, trainer.optimizer, loss, grad_clip=settings["grad_clip"])
+        optimise(model, trainer.optimizer, loss, grad_clip=settings.grad_clip)
     return "joint", group.name, loss.detach()

@@ -128,7 +128,7 @@ def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
     columns, test set and rows (those with one experiment), each experiment's ``metrics.json``
     per seed of the table and, for a ``reference``, its HEM vocabularies and the widths of HEM's
     rows (``hem.pca_dim``) and of its projection (``embedding_dim``)."""
-    from pseudopairs.model.contract import job_settings
+    from pseudopairs.model.contract import experiment_model
     from pseudopairs.smalr.specs import hem_settings
 
     table = parameters_figures(config)[name]
@@ -143,7 +143,7 @@ def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
         names = list(dict.fromkeys(names + [reference["experiment"]]))
         reference = {"label": reference["label"], "experiment": reference["experiment"],
                      "row_dim": int(hem_settings(config, reference["experiment"])["pca_dim"]),
-                     "output_dim": int(job_settings(config, reference["experiment"])["embedding_dim"]),
+                     "output_dim": experiment_model(config, reference["experiment"]).embedding_dim,
                      "vocab": {str(seed): layout.hem_vocabulary(reference["experiment"], seed)
                                for seed in seeds}}
     out = {"name": name, "table": table, "title": figure.get("title", spec["title"]),

@@ -71,7 +71,7 @@ def total_jobs(output: str) -> int:
 
 def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
     """The figures of one dry run, each named ``{prefix}.{what}``: ``jobs``; ``models`` (the
-    checkpoints it trains); ``stacks`` (train-stack jobs) and ``stacks_of_N`` per block size;
+    checkpoints it trains); ``stacks`` (the train jobs of a block of seeds) and ``stacks_of_N`` per block size;
     ``gpu_jobs`` (jobs asking for a GPU) and ``gpu_submissions`` (what reaches a GPU queue: a
     group job once, with its members); the jobs of ``mine``, ``features``, ``translate`` (the
     translations, CLC's included) and ``evaluate_clc``; ``model_disk_gb`` (models ×
