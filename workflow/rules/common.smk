@@ -457,10 +457,12 @@ def flickr30k_images():
 
 
 def feature_weights_input(wildcards):
-    """A state dict named by features.weights is an input of the features jobs (new weights,
-    new features); the demo's pretrained extractor is built by rule pretrain_features."""
-    weights = config["features"]["weights"]
-    return [] if weights in ("none", "imagenet") else [weights]
+    """The features job's weights input (pseudopairs.features.contract.weights_inputs); a weights
+    file it needs that is missing stops the DAG here, dry run included, naming the file."""
+    problem = features_contract.missing_weights(config, wildcards.corpus, wildcards.split)
+    if problem:
+        raise WorkflowError(problem)
+    return features_contract.weights_inputs(config)
 
 
 # Corpora whose images live in a folder the user keeps outside the workflow (real data): their
@@ -515,29 +517,15 @@ JOB_MODULES = (
 
 
 def check_feature_weights():
-    """features.weights: imagenet is read from the torch hub cache only (never downloaded, GPU
-    nodes are often offline): when features jobs are about to run, say before any is submitted
-    that the cache lacks it, in one line naming TORCH_HOME, instead of failing (and retrying)
-    every features job."""
-    if config["features"].get("weights") != "imagenet" or workflow.dag is None:
+    """Before any features job is submitted: its weights file exists (the torch hub cache is read,
+    never downloaded: GPU nodes are often offline), else one line naming it
+    (pseudopairs.features.contract.needrun_weights_problem)."""
+    if workflow.dag is None:
         return
     jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
-    if not jobs:
-        return
-    try:  # torch is imported here; a Snakemake without it (--sdm conda/apptainer) leaves it to the jobs
-        from pseudopairs.features.network import imagenet_checkpoint_path
-
-        path = imagenet_checkpoint_path()
-    except ImportError:
-        return
-    if not path.is_file():
-        raise WorkflowError(
-            f"features.weights: imagenet: {len(jobs)} features job(s) need the ResNet50 ImageNet "
-            f"weights, which are not in the torch hub cache ({path}; TORCH_HOME="
-            f"{os.environ.get('TORCH_HOME', '(unset)')}): set TORCH_HOME to a cache that holds "
-            f"{path.name} on every node, or fetch it once with network access "
-            "(torchvision.models.resnet50(weights='IMAGENET1K_V1'))"
-        )
+    problem = features_contract.needrun_weights_problem(config, len(jobs))
+    if problem:
+        raise WorkflowError(problem)
 
 
 def check_job_environment():
