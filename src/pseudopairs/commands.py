@@ -33,6 +33,8 @@ COMMANDS: dict[str, Command] = {
     "prepare-text": Command("data", "pseudopairs.data.text", "Moses-prepare a text file"),
     "prepare-captions": Command("data", "pseudopairs.data.text", "Moses-prepare a caption table"),
     "train-truecaser": Command("data", "pseudopairs.data.text", "train a Moses truecaser"),
+    "train-sentencepiece": Command("data", "pseudopairs.data.tokenizers",
+                                   "train a language's SentencePiece tokenizer on its training captions"),
     "features": Command("features", "pseudopairs.features.extract", "ResNet average-pool image features"),
     "pretrain-features": Command("features", "pseudopairs.features.pretraining", "the demo world's ImageNet stand-in: a ResNet trained on world scenes"),
     "train-fasttext": Command("model", "pseudopairs.smalr.step", "FastText vectors of one language: trained on a run's training captions, or the published ones of their words (paper 002)"),

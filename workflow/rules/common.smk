@@ -13,6 +13,7 @@ from pseudopairs import layout
 from pseudopairs import rounds as chains_of_rounds
 from pseudopairs import seed_blocks as blocks
 from pseudopairs.data import contract as data_contract
+from pseudopairs.data import text_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.features import contract as features_contract
 from pseudopairs.mining import contract as mining_contract
@@ -276,39 +277,31 @@ def method_check_outputs():
     return [layout.method_check()] if config.get("method_check", {}).get("effects") else []
 
 
-def truecaser_inputs():
-    return [layout.raw_captions(corpus, "train") for corpus in data_contract.text_corpora(config)]
-
-
 def selection_dataset_pattern():
     names = data_contract.selection_datasets(config)
     return one_of(names)
 
 
-def text_langs():
-    """Languages whose captions are prepared (truecaser models are trained for these)."""
-    langs = {d["lang"] for d in config["datasets"].values()}
-    langs.update(config["evaluation"]["translation_langs"])
-    if WORLD:  # the demo world's translation portion (m30k_task1) has French and Czech too
-        langs.update(("fr", "cs"))
-    return sorted(langs)
+# Text preparation (pseudopairs.data.text_contract: languages, tokenizers, truecasers)
 
 
 def truecase_inputs(wildcards):
-    if config["text"]["case"] != "truecase":
-        return []
-    return [layout.truecase_model(lang) for lang in text_langs()]
+    """prepare_captions' model files: truecasers and trained tokenizers of every language."""
+    return text_contract.prepare_inputs(config)
 
 
 def truecase_args(wildcards, input):
-    """``--truecase-model LANG=PATH`` per language, as a list (each item quoted in the shell)."""
-    if config["text"]["case"] != "truecase":
-        return []
-    return [
-        arg
-        for lang in text_langs()
-        for arg in ("--truecase-model", f"{lang}={layout.truecase_model(lang)}")
-    ]
+    """prepare-captions' options naming them, as a list (each item quoted in the shell)."""
+    return text_contract.prepare_args(config)
+
+
+def text_preparation_key(wildcards):
+    """The case, plus each tokenizer other than Moses (a param: a change reruns the jobs)."""
+    return text_contract.preparation_key(config)
+
+
+def sentencepiece_lang_pattern():
+    return one_of(text_contract.sentencepiece_langs(config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -360,13 +353,13 @@ def translated_dataset_pattern():
 
 
 def truecaser_of(lang):
-    """The truecaser of ``lang`` when captions are truecased (a translation job's input)."""
-    return [layout.truecase_model(lang)] if config["text"]["case"] == "truecase" else []
+    """The model files of ``lang``'s text preparation (a translation job's input)."""
+    return text_contract.model_inputs(config, lang)
 
 
 def truecaser_args(lang):
-    """``translate-captions``' option naming that truecaser, when captions are truecased."""
-    return [arg for path in truecaser_of(lang) for arg in ("--truecase-model", f"{lang}={path}")]
+    """``translate-captions``' options naming them (and a tokenizer other than Moses)."""
+    return text_contract.model_args(config, lang)
 
 
 def translation_truecase_inputs(wildcards):

@@ -155,8 +155,10 @@ def text_corpora(config: dict) -> list[str]:
 def check(config: dict) -> list[str]:
     """The ``datasets`` section: each data set is one kind; a selection's ``select``, a pseudopair
     data set's set, corpus and language, a translation's source agree with what they name."""
+    from pseudopairs.data.text_contract import check as text_errors  # the text section's own part
+
     datasets, pseudopairs = config.get("datasets", {}), config.get("pseudopairs", {})
-    messages = []
+    messages = text_errors(config)
     for name, ds in datasets.items():
         where = f"config key 'datasets.{name}"
         if sum(key in ds for key in ("pseudopairs", "translation", "select")) > 1:
