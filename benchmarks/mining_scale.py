@@ -1,4 +1,4 @@
-"""Benchmark: the mining engine at the size users bring (issue 38, item 7) -- memory, time and CPU
+"""Benchmark: the mining engine at the size users bring (docs/benchmarks.md) -- memory, time and CPU
 of ``nearest_neighbours`` as the queries and the database grow towards 1M x 1M, on synthetic
 vectors.
 

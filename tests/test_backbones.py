@@ -1,4 +1,4 @@
-"""Image backbones by name (issue 38, item 4; pseudopairs.features.backbones): any torchvision
+"""Image backbones by name (pseudopairs.features.backbones; config/README.md): any torchvision
 classification model with random weights on a few small images, its pooled embedding, the size
 recorded in the features file and checked by the model and evaluation steps, torchvision weights
 from the hub cache only, and a missing weights file refused before any job."""
@@ -62,7 +62,7 @@ def _strip(path: str):
 
 
 def test_the_pooled_embedding_of_each_family_has_its_published_size():
-    """DESIGN §8: ResNet avgpool 2,048, ViT-B/16 class token 768, ConvNeXt-Base 1,024 (sizes read
+    """ResNet avgpool 2,048, ViT-B/16 class token 768, ConvNeXt-Base 1,024 (config/README.md; sizes read
     from the models, built on the meta device: no weights are made)."""
     assert backbones.feature_dim("resnet50") == 2048
     assert backbones.feature_dim("resnet152") == 2048
@@ -188,3 +188,45 @@ def test_the_model_stage_checks_the_recorded_size(tmp_path):
     old = tmp_path / "old.npz"  # a file from before the record: its columns are its size
     save_features(old, image_ids=["x"], features=np.ones((1, 4), np.float32))
     assert feature_backbone(old) is None and check_feature_files({old: 4, a: 4})["arch"] == "resnet50"
+
+
+def test_a_missing_weights_file_stops_the_dry_run_naming_it(tmp_path):
+    """Before any job, a dry run included: a state dict path no rule writes, and torchvision
+    weights the torch hub cache lacks, each in one line naming the file and the config key."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, paper_dry_run, run_snakemake, snakemake_exe
+
+    absent = tmp_path / "weights" / "mine.pt"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"features: {{weights: {absent}}}\n")
+    result = run_snakemake(tmp_path, "-n", "--cores", "1", "results/features/coco/val.npz", "--configfile", str(mine))
+    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if str(absent) in line]
+    assert result.returncode != 0 and lines, result.stderr[-2000:]
+    assert lines[0].startswith(f"config key 'features.weights': {absent}: no such state dict file"), lines
+
+    empty = tmp_path / "empty-torch-home"
+    empty.mkdir()
+    work = tmp_path / "paper"
+    work.mkdir()
+    (work / "flickr30k").mkdir()
+    site = work / "site.yaml"
+    site.write_text(f"paper_data: {{flickr30k_images: {work / 'flickr30k'}}}\n"
+                    "features: {arch: vit_b_16, weights: IMAGENET1K_V1, resize: 256, crop: 224}\n")
+    env = {**os.environ, "TORCH_HOME": str(empty),
+           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run([snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(work), "-n", "--cores", "1",
+                             "results/features/coco/val.npz", "--configfile", str(REPO / "config" / "paper.yaml"),
+                             str(site)], capture_output=True, text=True, timeout=600, env=env)
+    cached = empty / "hub" / "checkpoints" / "vit_b_16-c867db91.pth"
+    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if str(cached) in line]
+    assert result.returncode != 0 and len(lines) == 1, (result.stdout + result.stderr)[-3000:]
+    assert lines[0].startswith("config key 'features.weights': IMAGENET1K_V1: the features job of coco val needs "
+                               "the vit_b_16 weights ViT_B_16_Weights.IMAGENET1K_V1, which are not in the torch "
+                               f"hub cache ({cached}; TORCH_HOME={empty})"), lines
+    assert not (work / "results" / "features").exists()
+    # with the file in the cache the plan goes through (the shipped paper configuration's too)
+    (tmp_path / "ok").mkdir()
+    assert paper_dry_run(tmp_path / "ok", "results/features/coco/val.npz").returncode == 0

@@ -1,4 +1,4 @@
-"""Text preparation for any language (issue 38, item 2; pseudopairs.data.tokenizers): Moses for
+"""Text preparation for any language (pseudopairs.data.tokenizers; config/README.md): Moses for
 the languages it has rules for (unchanged, on real Multi30K text), ICU word boundaries and a
 SentencePiece model trained on the run's own training captions for the others (real Japanese,
 Chinese, Thai and Korean captions written here), chosen per language in the config; a language
@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, run_snakemake
 from pseudopairs.config import ConfigError, check_config, load_config
 from pseudopairs.data import text as T
-from pseudopairs.data import text_contract
+from pseudopairs.data import text_contract, text_step
 from pseudopairs.data import tokenizers as K
 from pseudopairs.io import RAW_CAPTION_COLUMNS
 
@@ -92,7 +92,7 @@ def test_a_table_of_several_languages_gets_each_its_tokenizer_and_lowercase(tmp_
     frame = raw_table([("train", "1", "en", 0, "A Man rides a BIKE."), ("train", "1", "ja", 0, JAPANESE[1]),
                        ("train", "2", "th", 0, THAI[1])])
     frame.to_parquet(tmp_path / "raw.parquet", index=False)
-    run_cli(T, "prepare-captions", "--input", str(tmp_path / "raw.parquet"), "--output",
+    run_cli(text_step, "prepare-captions", "--input", str(tmp_path / "raw.parquet"), "--output",
             str(tmp_path / "out.parquet"), "--case", "lowercase", "--tokenizer", "ja=icu", "--tokenizer", "th=icu")
     out = pd.read_parquet(tmp_path / "out.parquet")
     assert out["text"].tolist() == ["a man rides a bike .", "赤い シャツ を 着 た 男性 が 自転車 に 乗 って いる 。",
@@ -122,8 +122,8 @@ def test_sentencepiece_trains_on_the_training_split_only_deterministically(tmp_p
     _japanese_table().to_parquet(tmp_path / "raw.parquet", index=False)
     args = ["train-sentencepiece", "--input", str(tmp_path / "raw.parquet"), "--lang", "ja", "--case", "lowercase",
             "--settings", '{"kind": "sentencepiece", "vocab_size": 60}']
-    run_cli(K, *args, "--output", str(tmp_path / "a.model"))
-    run_cli(K, *args, "--output", str(tmp_path / "b.model"))
+    run_cli(text_step, *args, "--output", str(tmp_path / "a.model"))
+    run_cli(text_step, *args, "--output", str(tmp_path / "b.model"))
     assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
     processor = K.load_sentencepiece(tmp_path / "a.model")
     pieces = {processor.IdToPiece(i) for i in range(processor.GetPieceSize())}
@@ -134,7 +134,7 @@ def test_sentencepiece_trains_on_the_training_split_only_deterministically(tmp_p
     # the whole caption table, with the model named on the command line
     frame = _japanese_table()
     frame.to_parquet(tmp_path / "all.parquet", index=False)
-    run_cli(T, "prepare-captions", "--input", str(tmp_path / "all.parquet"), "--output", str(tmp_path / "p.parquet"),
+    run_cli(text_step, "prepare-captions", "--input", str(tmp_path / "all.parquet"), "--output", str(tmp_path / "p.parquet"),
             "--case", "lowercase", "--tokenizer", f"ja=sentencepiece:{tmp_path / 'a.model'}")
     out = pd.read_parquet(tmp_path / "p.parquet")
     assert out.loc[out["lang"] == "en", "text"].tolist() == ["a dog runs in the park ."]
@@ -172,11 +172,15 @@ def test_a_language_without_a_tokenizer_is_refused_when_the_config_is_read_namin
     check_config(_config(tokenizers={"ja": "icu"}))
     with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja': unknown tokenizer 'mecab'"):
         check_config(_config(tokenizers={"ja": "mecab"}))
-    with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja\.vocab_size': must be an integer >= 8"):
+    with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja': unknown tokenizer 'mecab'"):
+        check_config(_config(tokenizers={"ja": {"kind": "mecab"}}))
+    with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja\.vocab_size': 2 is less than the "
+                                          r"minimum of 8"):
         check_config(_config(tokenizers={"ja": {"kind": "sentencepiece", "vocab_size": 2}}))
-    with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja': unknown setting\(s\) "
-                                          r"text\.tokenizers\.ja\.size"):
+    with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja': unknown key\(s\) 'size'"):
         check_config(_config(tokenizers={"ja": {"kind": "sentencepiece", "size": 2}}))
+    with pytest.raises(ConfigError, match=r"config key 'text\.tokenizers\.ja': icu takes no vocab_size"):
+        check_config(_config(tokenizers={"ja": {"kind": "icu", "vocab_size": 100}}))
 
 
 def test_the_jobs_of_a_config_name_each_tokenizer_and_the_shipped_ones_keep_their_params():

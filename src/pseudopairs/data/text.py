@@ -61,7 +61,6 @@ frequent casing, sentence-initial words always take it).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gzip
 import logging
@@ -74,10 +73,8 @@ from typing import Callable, Iterable
 from sacremoses import MosesPunctNormalizer, MosesTokenizer, MosesTruecaser
 from sacremoses.corpus import NonbreakingPrefixes
 
-from pseudopairs import commands
-from pseudopairs.data.tokenizers import (CASES, MOSES_LANGS, add_tokenizer_option, load_tokenizers,
-                                         parse_tokenizers)
-from pseudopairs.io import atomic_path, check_caption_texts, read_captions, write_parquet_atomic
+from pseudopairs.data.tokenizers import CASES, MOSES_LANGS
+from pseudopairs.io import atomic_path, read_captions
 
 Tokenize = Callable[[str], str]
 log = logging.getLogger(__name__)
@@ -528,92 +525,3 @@ def training_texts(paths: Iterable[str | Path], *, lang: str) -> list[str]:
         frame = read_captions(path, lang=lang)
         texts.extend(frame.loc[frame["split"] == "train", "raw"].tolist())
     return texts
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-
-def _case_from(args: argparse.Namespace) -> str:
-    case = args.case
-    if case is None and getattr(args, "settings", None):
-        case = args.settings.get("case", "lowercase")
-    case = case or "lowercase"
-    if case not in CASES:
-        raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
-    return case
-
-
-def _tokenizers_from(args: argparse.Namespace) -> dict[str, Tokenize | None]:
-    return load_tokenizers(parse_tokenizers(getattr(args, "tokenizer", None)))
-
-
-def _cli_prepare_text(args: argparse.Namespace) -> None:
-    case = _case_from(args)
-    truecaser = None
-    if case == "truecase":
-        if not args.truecase_model:
-            raise ValueError("--case truecase needs --truecase-model PATH")
-        truecaser = load_truecaser(args.truecase_model)
-    elif args.truecase_model:
-        raise ValueError("--truecase-model is only used with --case truecase")
-    tokenizers = _tokenizers_from(args)
-    n = prepare_file(args.input, args.output, lang=_check_lang(args.lang), case=case,
-                     truecaser=truecaser, tokenizer=tokenizers.get(args.lang))
-    print(f"prepared {n} lines ({args.lang}, {case}) -> {args.output}")
-
-
-def _cli_prepare_captions(args: argparse.Namespace) -> None:
-    case = _case_from(args)
-    models = parse_truecase_models(args.truecase_model)
-    if case != "truecase" and models:
-        raise ValueError("--truecase-model is only used with --case truecase")
-    frame = read_captions(args.input)
-    truecasers = {lang: load_truecaser(path) for lang, path in models.items()
-                  if lang in set(frame["lang"])}
-    out = prepare_captions(frame, case=case, truecasers=truecasers, source=str(args.input),
-                           tokenizers=_tokenizers_from(args))
-    for lang in sorted(set(out["lang"])):  # a table of (nearly) empty captions is refused, with the count
-        check_caption_texts(out.loc[out["lang"] == lang, "text"], source=str(args.input),
-                            what=f"{lang} captions (after preparation)")
-    write_parquet_atomic(args.output, out)
-    print(f"prepared {len(out)} captions ({case}) -> {args.output}")
-
-
-def _cli_train_truecaser(args: argparse.Namespace) -> None:
-    lang = _check_lang(args.lang)
-    texts = training_texts(args.input, lang=lang)
-    if not texts:
-        raise ValueError(f"no training-split captions in language {lang!r} in "
-                         f"{[str(p) for p in args.input]}")
-    truecaser = train_truecaser(texts, lang=lang, tokenizer=_tokenizers_from(args).get(lang))
-    save_truecaser(truecaser, args.output)
-    print(f"truecaser for {lang}: {len(truecaser.model['best'])} word types from "
-          f"{len(texts)} captions -> {args.output}")
-
-
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "prepare-text", _cli_prepare_text)
-    p.add_argument("--lang", required=True, help="language code (en, de, fr, cs, …)")
-    p.add_argument("input", help="UTF-8 text file, one caption per line (.gz accepted)")
-    p.add_argument("output", help="output text file (.gz if it ends in .gz)")
-    p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
-    p.add_argument("--truecase-model", default=None, help="truecase model (with --case truecase)")
-    add_tokenizer_option(p)
-    commands.add_json(p, "--settings", "the config's text section", required=False)
-
-    p = commands.add_command(subparsers, "prepare-captions", _cli_prepare_captions)
-    p.add_argument("--input", required=True, help="raw caption table (.parquet)")
-    p.add_argument("--output", required=True, help="prepared caption table (.parquet)")
-    p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
-    p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
-                   help="truecase model per language (repeat; with --case truecase)")
-    add_tokenizer_option(p)
-    commands.add_json(p, "--settings", "the config's text section", required=False)
-
-    p = commands.add_command(subparsers, "train-truecaser", _cli_train_truecaser)
-    p.add_argument("--input", required=True, nargs="+", help="raw caption tables (.parquet)")
-    p.add_argument("--lang", required=True)
-    p.add_argument("--output", required=True, help="truecase model file")
-    add_tokenizer_option(p)
-

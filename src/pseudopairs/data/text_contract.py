@@ -1,27 +1,16 @@
-"""The text preparation's part of the data stage's contract: which languages' captions are
-prepared, the tokenizer each gets (``text.tokenizers``; :mod:`pseudopairs.data.tokenizers`), the
-model files a preparation job reads (truecasers, SentencePiece models) and the options naming
-them, the training jobs of those models, and :func:`check`: a language with no tokenizer is
-refused when the config is read, naming ``text.tokenizers.<lang>``."""
+"""The text preparation's part of the data stage's contract: the tokenizer each prepared language
+gets (``text.tokenizers``; :mod:`pseudopairs.data.tokenizers`), the model files a preparation job
+reads (truecasers, SentencePiece models) and the options naming them, and the training jobs of
+those models. Which languages are prepared, and the check that each has a tokenizer, are
+:func:`pseudopairs.data.contract.text_langs` and ``tokenizer_errors``."""
 
 from __future__ import annotations
 
 import json
 
 from pseudopairs import layout
-from pseudopairs.data.tokenizers import TOKENIZERS, TextSettings, tokenizer_arg, tokenizer_of
-from pseudopairs.settings import SettingsError
-
-
-def text_langs(config: dict) -> list[str]:
-    """Languages whose captions are prepared (truecasers and SentencePiece models are trained for
-    these): every data set's, the evaluation's translation languages, and in the demo world the
-    translation portion's French and Czech."""
-    langs = {d["lang"] for d in config["datasets"].values()}
-    langs.update(config["evaluation"]["translation_langs"])
-    if (config.get("data") or {}).get("source") == "world":
-        langs.update(("fr", "cs"))
-    return sorted(langs)
+from pseudopairs.data.contract import text_corpora, text_langs
+from pseudopairs.data.tokenizers import TOKENIZERS, tokenizer_arg, tokenizer_of
 
 
 def truecased(config: dict) -> bool:
@@ -96,8 +85,6 @@ def preparation_key(config: dict) -> str:
 def raw_training_tables(config: dict) -> list[str]:
     """The raw caption tables whose training split the truecasers and SentencePiece models learn
     from (the training split only is read)."""
-    from pseudopairs.data.contract import text_corpora
-
     return [layout.raw_captions(corpus, "train") for corpus in text_corpora(config)]
 
 
@@ -112,31 +99,3 @@ def sentencepiece_settings(config: dict, lang: str) -> dict:
     if spec is None or spec["kind"] not in _trained_kinds():
         raise ValueError(f"config key 'text.tokenizers.{lang}': no trained tokenizer for {lang!r}")
     return spec
-
-
-def check(config: dict) -> list[str]:
-    """The ``text`` section's settings, and a tokenizer for every prepared language: a language
-    Moses has no rules for needs ``text.tokenizers.<lang>``."""
-    text = config.get("text")
-    errors = TextSettings.config_errors(text)
-    if errors or not isinstance(text, dict) or "datasets" not in config or "evaluation" not in config:
-        return errors
-    try:
-        langs = text_langs(config)
-    except (KeyError, TypeError):  # the schema names what is missing
-        return errors
-    for lang in langs:
-        try:
-            spec = tokenizer(config, lang)
-        except SettingsError as err:
-            key, _, why = str(err).partition(": ")
-            errors.append(f"config key '{key}': {why}")
-            continue
-        if spec is None:
-            users = sorted(name for name, ds in config["datasets"].items() if ds.get("lang") == lang)
-            where = f"data set(s) {', '.join(users)}" if users else "evaluation.translation_langs"
-            errors.append(f"config key 'text.tokenizers.{lang}': language {lang!r} ({where}) has no "
-                          f"tokenizer: Moses has no rules for it. Set text.tokenizers.{lang} to icu "
-                          "(ICU word boundaries) or sentencepiece (a model trained on its training "
-                          "captions), or moses to use Moses with English rules")
-    return errors

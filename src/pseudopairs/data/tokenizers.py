@@ -28,11 +28,10 @@ from __future__ import annotations
 import argparse
 import functools
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pseudopairs import commands
 from pseudopairs.registry import Registry
 from pseudopairs.settings import Settings, SettingsError, setting
 
@@ -49,108 +48,74 @@ MOSES_LANGS = frozenset((
 
 
 # --------------------------------------------------------------------------------------------
-# Settings: one class per kind, and the ``text`` section
+# Settings of a language's tokenizer, and the registry of kinds
 
 
 @dataclass(frozen=True)
-class MosesTokenizerSettings(Settings):
-    """``text.tokenizers.<lang>: moses``: the Moses recipe of pseudopairs.data.text."""
+class TokenizerSettings(Settings):
+    """``text.tokenizers.<lang>`` as an object: ``kind`` (a registered tokenizer) and, for a
+    trained one (``sentencepiece``), its training settings. A plain string is the kind alone."""
 
     SECTION = "text.tokenizers"
 
-    kind: str = setting("moses", kind=str, choices=("moses",), doc="the Moses recipe")
-
-
-@dataclass(frozen=True)
-class IcuTokenizerSettings(Settings):
-    """``text.tokenizers.<lang>: icu``: ICU word boundaries (icu4py), dictionary-based for
-    Chinese, Japanese, Thai, Lao, Khmer, Burmese."""
-
-    SECTION = "text.tokenizers"
-
-    kind: str = setting("icu", kind=str, choices=("icu",), doc="ICU word break iterator")
-
-
-@dataclass(frozen=True)
-class SentencePieceTokenizerSettings(Settings):
-    """``text.tokenizers.<lang>: sentencepiece`` (or an object with these keys): a SentencePiece
-    model trained on the language's training captions."""
-
-    SECTION = "text.tokenizers"
-
-    kind: str = setting("sentencepiece", kind=str, choices=("sentencepiece",), doc="trained SentencePiece")
+    kind: str = setting(kind=str, doc="a registered tokenizer: moses | icu | sentencepiece")
     vocab_size: int = setting(8000, kind=int, low=8,
-                              doc="pieces (an upper bound: fewer where the training text has fewer)")
+                              doc="sentencepiece: pieces (an upper bound: fewer where the text has fewer)")
     model_type: str = setting("unigram", kind=str, choices=("unigram", "bpe", "char", "word"),
-                              doc="SentencePiece's model type")
+                              doc="sentencepiece: SentencePiece's model type")
     character_coverage: float = setting(0.9995, kind=float, low=0, high=1, low_open=True,
-                                        doc="share of characters the pieces cover (0.9995 for CJK)")
+                                        doc="sentencepiece: share of characters the pieces cover (0.9995 for CJK)")
+
+    def check(self) -> None:
+        if self.kind not in TOKENIZERS:
+            raise self.bad("kind", f"unknown tokenizer; known: {', '.join(TOKENIZERS.names())}")
 
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """A registered tokenizer kind: its settings class, whether it needs a model trained on the
-    run's text, and ``load(lang, model_path) -> tokenize(text) -> str`` (None for Moses, which
+    """A registered tokenizer kind: the :class:`TokenizerSettings` it takes beyond ``kind``,
+    whether it is trained on the run's text (then rule train_sentencepiece-like jobs plan it), and
+    ``load(lang, model_path) -> tokenize(text) -> str`` (None for Moses, which
     :mod:`pseudopairs.data.text` runs itself)."""
 
     name: str
-    settings: type[Settings]
+    params: tuple[str, ...]
     trained: bool
     load: Callable[[str, Path | None], Callable[[str], str] | None]
 
 
 TOKENIZERS: Registry[Tokenizer] = Registry("tokenizer", modules=("pseudopairs.data.tokenizers",))
 
-_TOKENIZER_SHAPE = {
-    "propertyNames": {"pattern": "^[a-z]{2}$"},
-    "additionalProperties": {
-        "oneOf": [{"type": "string"},
-                  {"type": "object", "required": ["kind"], "properties": {"kind": {"type": "string"}}}]},
-}
 
-
-@dataclass(frozen=True)
-class TextSettings(Settings):
-    """The ``text`` config section: caption case and the tokenizer of each language Moses does
-    not handle (pseudopairs.data.tokenizers)."""
-
-    SECTION = "text"
-
-    case: str = setting(kind=str, choices=CASES,
-                        doc="lowercase | truecase (truecaser trained on the training split only)")
-    tokenizers: dict = setting({}, kind=dict, shape=_TOKENIZER_SHAPE,
-                               doc="language -> moses | icu | sentencepiece (or {kind: sentencepiece, "
-                                   "vocab_size, model_type, character_coverage}); languages without "
-                                   "Moses rules need one")
-
-    def check(self) -> None:
-        for lang, value in self.tokenizers.items():
-            tokenizer_settings(lang, value)
-
-
-def tokenizer_settings(lang: str, value: Any) -> Settings:
-    """``text.tokenizers.<lang>``'s value (a kind name or an object with ``kind``) as its kind's
-    settings; a :class:`SettingsError` naming the key otherwise."""
+def tokenizer_settings(lang: str, value: Any) -> dict:
+    """``text.tokenizers.<lang>``'s value (a kind name, or an object with ``kind`` and that kind's
+    settings) as a dict: the kind, then its settings with their defaults. A
+    :class:`SettingsError` naming the key otherwise."""
     key = f"text.tokenizers.{lang}"
     values = {"kind": value} if isinstance(value, str) else value
     if not isinstance(values, dict) or not isinstance(values.get("kind"), str):
         raise SettingsError(f"{key}: must be a tokenizer name or an object with a kind, got {value!r}")
     if values["kind"] not in TOKENIZERS:
         raise SettingsError(f"{key}: unknown tokenizer {values['kind']!r}; known: {', '.join(TOKENIZERS.names())}")
+    entry = TOKENIZERS.get(values["kind"])
+    extra = sorted(set(values) - {"kind"} - set(entry.params))
+    if extra and not set(extra) - {f.name for f in fields(TokenizerSettings)}:
+        raise SettingsError(f"{key}: {entry.name} takes no {', '.join(extra)}")
     try:
-        return TOKENIZERS.get(values["kind"]).settings.from_dict(values)
+        settings = TokenizerSettings.from_dict(values)
     except SettingsError as err:
         raise SettingsError(str(err).replace("text.tokenizers.", f"{key}.").replace(
             "text.tokenizers:", f"{key}:")) from None
+    return {"kind": entry.name, **{name: getattr(settings, name) for name in entry.params}}
 
 
 def tokenizer_of(text: dict, lang: str) -> dict | None:
-    """The tokenizer ``lang`` gets from the ``text`` section: its settings as a dict (kind first),
-    Moses' for :data:`MOSES_LANGS` without an entry, None where there is none."""
+    """The tokenizer ``lang`` gets from the ``text`` section (:func:`tokenizer_settings`), Moses'
+    for :data:`MOSES_LANGS` without an entry, None where there is none."""
     value = (text.get("tokenizers") or {}).get(lang)
     if value is None:
         return {"kind": "moses"} if lang in MOSES_LANGS else None
-    return asdict(tokenizer_settings(lang, value))
+    return tokenizer_settings(lang, value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,14 +172,14 @@ def _sentencepiece(lang: str, model: Path | None):
     return lambda text: " ".join(processor.Encode(text, out_type=str))
 
 
-TOKENIZERS.register("moses", Tokenizer("moses", MosesTokenizerSettings, trained=False, load=_moses))
-TOKENIZERS.register("icu", Tokenizer("icu", IcuTokenizerSettings, trained=False, load=_icu))
-TOKENIZERS.register("sentencepiece", Tokenizer("sentencepiece", SentencePieceTokenizerSettings,
-                                               trained=True, load=_sentencepiece))
+SENTENCEPIECE_PARAMS = ("vocab_size", "model_type", "character_coverage")
+TOKENIZERS.register("moses", Tokenizer("moses", (), trained=False, load=_moses))
+TOKENIZERS.register("icu", Tokenizer("icu", (), trained=False, load=_icu))
+TOKENIZERS.register("sentencepiece", Tokenizer("sentencepiece", SENTENCEPIECE_PARAMS, trained=True,
+                                               load=_sentencepiece))
 
 
-def train_sentencepiece(texts: Iterable[str], *, lang: str, settings: SentencePieceTokenizerSettings,
-                        output: str | Path) -> int:
+def train_sentencepiece(texts: Iterable[str], *, lang: str, settings: dict, output: str | Path) -> int:
     """Train a SentencePiece model on ``texts`` (the language's training captions, already
     lowercased where the captions are) and write it to ``output`` atomically; returns its
     number of pieces. Deterministic: every sentence, in order, one thread."""
@@ -230,8 +195,8 @@ def train_sentencepiece(texts: Iterable[str], *, lang: str, settings: SentencePi
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.Train(
-            sentence_iterator=iter(sentences), model_writer=model, vocab_size=settings.vocab_size,
-            model_type=settings.model_type, character_coverage=settings.character_coverage,
+            sentence_iterator=iter(sentences), model_writer=model, vocab_size=settings["vocab_size"],
+            model_type=settings["model_type"], character_coverage=settings["character_coverage"],
             hard_vocab_limit=False, num_threads=1, input_sentence_size=0,
             shuffle_input_sentence=False, bos_id=-1, eos_id=-1, minloglevel=2)
     except RuntimeError as err:
@@ -281,28 +246,3 @@ def add_tokenizer_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", action="append", default=[], metavar="LANG=KIND[:MODEL]",
                    help="tokenizer of a language Moses has no rules for: icu, or sentencepiece:MODEL "
                         "(repeat; pseudopairs.data.tokenizers)")
-
-
-def _cli_train_sentencepiece(args: argparse.Namespace) -> None:
-    from pseudopairs.data.text import _check_lang, perl_lowercase, training_texts
-
-    lang = _check_lang(args.lang)
-    settings = tokenizer_settings(lang, args.settings)
-    if not isinstance(settings, SentencePieceTokenizerSettings):
-        raise ValueError(f"text.tokenizers.{lang}: {settings.kind} is not trained")
-    texts = training_texts(args.input, lang=lang)
-    if not texts:
-        raise ValueError(f"no training-split captions in language {lang!r} in {[str(p) for p in args.input]}")
-    if args.case == "lowercase":
-        texts = [perl_lowercase(text) for text in texts]
-    pieces = train_sentencepiece(texts, lang=lang, settings=settings, output=args.output)
-    print(f"SentencePiece model for {lang}: {pieces} pieces from {len(texts)} captions -> {args.output}")
-
-
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "train-sentencepiece", _cli_train_sentencepiece)
-    p.add_argument("--input", required=True, nargs="+", help="raw caption tables (.parquet)")
-    p.add_argument("--lang", required=True)
-    p.add_argument("--case", choices=CASES, required=True, help="the captions' case (text.case)")
-    commands.add_json(p, "--settings", "the language's text.tokenizers entry")
-    p.add_argument("--output", required=True, help="SentencePiece model file")

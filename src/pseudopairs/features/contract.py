@@ -76,18 +76,19 @@ def weights_file(config: dict) -> Path | None:
     return Path(features["weights"])
 
 
-def _missing_message(config: dict, path: Path, jobs: str) -> str:
+def _missing_message(config: dict, path: Path, jobs: str, *, one: bool) -> str:
+    need = "needs" if one else "need"
     features = config["features"]
     weights = features["weights"]
     if weights == path.as_posix() or Path(weights) == path:
         return (f"config key 'features.weights': {path}: no such state dict file, and no rule writes "
-                f"it; {jobs} need it. Give the path of a state dict of a torchvision "
+                f"it; {jobs} {need} it. Give the path of a state dict of a torchvision "
                 f"{features.get('arch', 'resnet50')}, 'none' or torchvision weights (imagenet)")
     from pseudopairs.features.backbones import hub_checkpoint_sketch
 
     arch = features.get("arch", "resnet50")
     entry = hub_checkpoint_sketch(arch, weights)
-    return (f"config key 'features.weights': {weights}: {jobs} need the {arch} weights "
+    return (f"config key 'features.weights': {weights}: {jobs} {need} the {arch} weights "
             f"{entry}, which are not in the torch hub cache ({path}; TORCH_HOME="
             f"{os.environ.get('TORCH_HOME', '(unset)')}): set TORCH_HOME to a cache that holds "
             f"{path.name} on every node, or fetch it once with network access "
@@ -111,7 +112,7 @@ def missing_weights(config: dict, corpus: str, split: str) -> str | None:
         return None
     if path is None or path.is_file():
         return None
-    return _missing_message(config, path, f"the features job of {corpus} {split}")
+    return _missing_message(config, path, f"the features job of {corpus} {split}", one=True)
 
 
 def needrun_weights_problem(config: dict, n_jobs: int) -> str | None:
@@ -127,7 +128,7 @@ def needrun_weights_problem(config: dict, n_jobs: int) -> str | None:
         return None
     if path is None or path.is_file():
         return None
-    return _missing_message(config, path, f"{n_jobs} features job(s)")
+    return _missing_message(config, path, f"{n_jobs} features job(s)", one=n_jobs == 1)
 
 
 def check(config: dict) -> list[str]:
