@@ -230,3 +230,43 @@ def test_a_missing_weights_file_stops_the_dry_run_naming_it(tmp_path):
     # with the file in the cache the plan goes through (the shipped paper configuration's too)
     (tmp_path / "ok").mkdir()
     assert paper_dry_run(tmp_path / "ok", "results/features/coco/val.npz").returncode == 0
+
+
+def test_training_refuses_features_of_another_network_than_its_source_or_its_other_files(tmp_path):
+    """Training reads the records: a fine-tuning source trained on 24-d features refuses 32-d
+    ones, and two corpora's features from different networks are refused, naming both files."""
+    import copy as _copy
+
+    from test_training import SETTINGS, _world
+
+    from pseudopairs.model import training
+
+    spec, _ = _world(tmp_path / "world")
+    source = training.train(spec=spec, settings=SETTINGS, out_dir=tmp_path / "source", seed=1)
+    assert source is not None
+    ids, feats = load_features(spec["c2i"][0]["features"])
+    wide = tmp_path / "wide.npz"
+    save_features(wide, image_ids=ids, features=np.concatenate([feats, feats[:, :8]], axis=1),
+                  backbone={"arch": "vit_b_16", "dim": 32, "weights": "IMAGENET1K_V1"})
+    val_ids, val_feats = load_features(spec["validation"]["features"])
+    wide_val = tmp_path / "wide_val.npz"
+    save_features(wide_val, image_ids=val_ids, features=np.concatenate([val_feats, val_feats[:, :8]], axis=1),
+                  backbone={"arch": "vit_b_16", "dim": 32, "weights": "IMAGENET1K_V1"})
+    tuned = _copy.deepcopy(spec)
+    for ref in tuned["c2i"] + [side for pair in tuned["c2c"] for side in (pair["a"], pair["b"])]:
+        ref["features"] = str(wide)
+    tuned["validation"]["features"] = str(wide_val)
+    tuned["init_from"] = str(tmp_path / "source" / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"init_from .*checkpoint\.pt was trained on 24-d image features; this "
+                                         r"run's features are 32-d"):
+        training.train(spec=tuned, settings=SETTINGS, out_dir=tmp_path / "tuned", seed=1)
+    mixed = _copy.deepcopy(spec)
+    save_features(tmp_path / "r.npz", image_ids=ids, features=feats,
+                  backbone={"arch": "resnet50", "dim": 24, "weights": "imagenet"})
+    save_features(tmp_path / "c.npz", image_ids=val_ids, features=val_feats,
+                  backbone={"arch": "convnext_tiny", "dim": 24, "weights": "none"})
+    mixed["c2i"][0]["features"] = mixed["c2i"][1]["features"] = str(tmp_path / "r.npz")
+    mixed["validation"]["features"] = str(tmp_path / "c.npz")
+    with pytest.raises(ValueError, match=r"image features of different networks in one step \(.*r\.npz: 24-d "
+                                         r"resnet50 \(imagenet\); .*c\.npz: 24-d convnext_tiny \(none\)\)"):
+        training.train(spec=mixed, settings=SETTINGS, out_dir=tmp_path / "mixed", seed=1)

@@ -228,3 +228,14 @@ def test_translations_into_a_language_moses_lacks_are_prepared_with_its_tokenize
     with preparer(workers=0, lang="zh", case="lowercase", truecase_model=None) as prepare:
         with pytest.raises(ValueError, match=r"text\.tokenizers\.zh"):
             prepare([CHINESE[0]])
+
+
+def test_a_file_that_is_not_a_sentencepiece_model_is_refused_naming_it(tmp_path):
+    bad = tmp_path / "zh.model"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match=rf"{bad}: not a SentencePiece model"):
+        K.load_tokenizers(K.parse_tokenizers([f"zh=sentencepiece:{bad}"]))
+    with pytest.raises(ValueError, match="--tokenizer zh=icu:x: icu takes no model"):
+        K.parse_tokenizers(["zh=icu:x"])
+    with pytest.raises(ValueError, match="unknown tokenizer 'mecab'"):
+        K.parse_tokenizers(["ja=mecab"])
