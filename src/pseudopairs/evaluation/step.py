@@ -18,8 +18,9 @@ import torch
 from pseudopairs import commands
 from pseudopairs.similarity.metrics import retrieval_metrics, translation_retrieval
 from pseudopairs.similarity.ranks import _validate_retrieval_inputs, _validate_translation_inputs
-from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
 from pseudopairs.evaluation.job import EvaluationData, EvaluationJob
+from pseudopairs.io import (check_feature_files, check_missing_images, load_features, read_captions,
+                            write_json_atomic)
 from pseudopairs.settings import resolve_device
 from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 
@@ -74,6 +75,7 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: EvaluationDat
     data = EvaluationData.from_dict(spec)
     vocab = load_vocabulary(vocab_path)
     image_ids, features = load_features(data.features)
+    check_feature_files({data.features: features.shape[1]}, image_dim=model.image_dim, model=checkpoint)
     image_embeddings = encode_image_features(model, features)
     tables = {data.captions: read_captions(data.captions)}
     # languages also tested on the translation portion's test split (one caption per image, e.g.
