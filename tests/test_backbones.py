@@ -237,12 +237,13 @@ def test_training_refuses_features_of_another_network_than_its_source_or_its_oth
     ones, and two corpora's features from different networks are refused, naming both files."""
     import copy as _copy
 
+    from conftest import run_settings
     from test_training import SETTINGS, _world
 
     from pseudopairs.model import training
 
     spec, _ = _world(tmp_path / "world")
-    source = training.train(spec=spec, settings=SETTINGS, out_dir=tmp_path / "source", seed=1)
+    source = training.train(spec=spec, settings=run_settings(SETTINGS), out_dir=tmp_path / "source", seed=1)
     assert source is not None
     ids, feats = load_features(spec["c2i"][0]["features"])
     wide = tmp_path / "wide.npz"
@@ -259,7 +260,7 @@ def test_training_refuses_features_of_another_network_than_its_source_or_its_oth
     tuned["init_from"] = str(tmp_path / "source" / "checkpoint.pt")
     with pytest.raises(ValueError, match=r"init_from .*checkpoint\.pt was trained on 24-d image features; this "
                                          r"run's features are 32-d"):
-        training.train(spec=tuned, settings=SETTINGS, out_dir=tmp_path / "tuned", seed=1)
+        training.train(spec=tuned, settings=run_settings(SETTINGS), out_dir=tmp_path / "tuned", seed=1)
     mixed = _copy.deepcopy(spec)
     save_features(tmp_path / "r.npz", image_ids=ids, features=feats,
                   backbone={"arch": "resnet50", "dim": 24, "weights": "imagenet"})
@@ -269,4 +270,4 @@ def test_training_refuses_features_of_another_network_than_its_source_or_its_oth
     mixed["validation"]["features"] = str(tmp_path / "c.npz")
     with pytest.raises(ValueError, match=r"image features of different networks in one step \(.*r\.npz: 24-d "
                                          r"resnet50 \(imagenet\); .*c\.npz: 24-d convnext_tiny \(none\)\)"):
-        training.train(spec=mixed, settings=SETTINGS, out_dir=tmp_path / "mixed", seed=1)
+        training.train(spec=mixed, settings=run_settings(SETTINGS), out_dir=tmp_path / "mixed", seed=1)
