@@ -91,8 +91,6 @@ def one_of(names):
 # gives Snakemake).
 
 
-
-
 def selection_dataset_pattern():
     names = data_contract.selection_datasets(config)
     return one_of(names)
