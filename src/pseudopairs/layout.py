@@ -46,6 +46,11 @@ def truecase_model(lang: str) -> str:
     return f"{RESULTS}/text/truecase.{lang}.model"
 
 
+def sentencepiece_model(lang: str) -> str:
+    """A language's SentencePiece tokenizer trained on its training captions (text.tokenizers)."""
+    return f"{RESULTS}/text/sentencepiece.{lang}.model"
+
+
 def model_dir(experiment: str, seed: int | str) -> str:
     return f"{RESULTS}/models/{experiment}/seed{seed}"
 
@@ -180,6 +185,21 @@ def translation_downloaded_model() -> str:
 def translation_model() -> str:
     """The CTranslate2 model directory every translation job loads (``convert-mt`` output)."""
     return f"{RESULTS}/translation_model/ctranslate2"
+
+
+def translation_named_model(name: str) -> str:
+    """The CTranslate2 model directory of ``translation.models.NAME`` (``convert-mt --spec`` output)."""
+    return f"{RESULTS}/translation_models/{name}/ctranslate2"
+
+
+def translation_named_archive(name: str, suffix: str) -> str:
+    """The downloaded archive of ``translation.models.NAME`` (``suffix``: .tar.gz, .zip …)."""
+    return f"{RESULTS}/downloads/translation_models/{name}/model{suffix}"
+
+
+def translation_named_extracted(name: str) -> str:
+    """That archive, extracted."""
+    return f"{RESULTS}/downloads/translation_models/{name}/extracted"
 
 
 def translated_captions(dataset: str) -> str:

@@ -255,7 +255,7 @@ else:
             [multi30k_downloads(task, split) for task in ("task2", "task1") for split in SPLITS],
             f"{DOWNLOADS}/coco/caption_datasets",
             coco_image_dirs(),
-            translation_fetch_inputs(),
+            translation_contract.fetch_inputs(config),
             smalr_specs.fasttext_downloads(config),
         output:
             touch(f"{DOWNLOADS}/fetched"),
