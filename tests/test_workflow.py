@@ -275,7 +275,9 @@ def _job_blocks(output: str) -> list[dict]:
 
 def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     """With the SLURM profile (plugin installed, no SLURM needed for a dry run) every job carries
-    the resources the rules declare from config/paper.yaml, and the profile adds only partitions."""
+    the resources the rules declare from config/paper.yaml, and the profile adds only partitions.
+    The GPU jobs ask what the shipped H100 calibration gives (config/calibration/h100.yaml; worked
+    by hand in tests/test_cluster.py and tests/test_calibration.py)."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     flickr = tmp_path / "flickr30k"
     flickr.mkdir()
@@ -292,12 +294,12 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
         by_rule.setdefault(job["rule"], []).append(job)
     stacks = [job for job in jobs if job["rule"].startswith("train_stack_")]
     assert "train" not in by_rule and len(stacks) == 24   # 24 experiments x one block of seeds 1-3
-    for job in stacks:                                       # 3 models: 3 x train's 25 minutes
+    for job in stacks:      # 3 models: 563.5 s estimated x 1.5 -> 15 min; (3,254 + 3,000) MB x 1.5
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
-            ("1", "32000", "75", "gpu", 4)
-    for job in by_rule["features"]:    # 8 decoding workers + 1 forward thread
+            ("1", "9500", "15", "gpu", 4)
+    for job in by_rule["features"]:    # 8 decoding workers + 1 forward thread; 173 s x 1.5 -> the 5-min floor
         assert (job["gpu"], job["mem_mb"], job["runtime"], job["slurm_partition"], job["threads"]) == \
-            ("1", "32000", "240", "gpu", 9)
+            ("1", "8500", "5", "gpu", 9)
     for job in by_rule["mine"]:
         assert (job["gpu"], job["slurm_partition"], job["threads"]) == ("1", "gpu", 4)
     for job in by_rule["download_multi30k"] + by_rule["prepare_captions"] + by_rule["table"]:
@@ -305,7 +307,7 @@ def test_slurm_profile_dry_run_gives_every_job_its_resources(tmp_path):
     assert by_rule["download_coco_images"][0]["runtime"] == "360"   # resources.runtime_cap
     (translate,) = by_rule["translate"]
     assert (translate["gpu"], translate["mem_mb"], translate["runtime"], translate["slurm_partition"],
-            translate["threads"]) == ("1", "16000", "240", "gpu", 8)
+            translate["threads"]) == ("1", "6000", "11", "gpu", 8)   # 404 s x 1.5; (1,000 + 3,000) MB x 1.5
     (convert,) = by_rule["convert_mt"]
     assert "gpu" not in convert and convert["slurm_partition"] == "cpu" and convert["mem_mb"] == "16000"
 
