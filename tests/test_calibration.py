@@ -18,7 +18,10 @@ from pseudopairs.config import ConfigError, check_config, load_config
 
 H100 = REPO / "config" / "calibration" / "h100.yaml"
 H200 = REPO / "config" / "calibration" / "h200.yaml"
-TRAINING = {"training": {"validate_every": 500}}
+# a training section (the paper's; what the estimate reads: validate_every, tf32, stack_precision)
+PAPER_TRAINING = {"batch_size": 128, "learning_rate": 2e-4, "grad_clip": 2.0, "margin": 0.2,
+                  "max_violation": True, "c2c_probability": 0.5, "patience": 10, "max_updates": 10**6}
+TRAINING = {"training": {**PAPER_TRAINING, "validate_every": 500}}
 
 
 def test_shipped_calibrations_read_and_interpolate_stacks_by_hand():
@@ -33,10 +36,10 @@ def test_shipped_calibrations_read_and_interpolate_stacks_by_hand():
     assert h200.estimate_seconds("train", TRAINING, models=3) == pytest.approx(60 + 90000 / 231.4 + 25.2)
     # x 1.5 = 711.2 s -> 12 minutes; TF32 halves the updates' time
     assert h200.requested_minutes("train", TRAINING, models=3) == 12
-    tf32 = {"training": {"validate_every": 500, "tf32": True}}
+    tf32 = {"training": {**PAPER_TRAINING, "validate_every": 500, "tf32": True}}
     assert h200.estimate_seconds("train", tf32, models=3) == pytest.approx(60 + 90000 / 485.9 + 25.2)
     # validate_every from the config: every 100 updates = 300 validations per model
-    often = {"training": {"validate_every": 100}}
+    often = {"training": {**PAPER_TRAINING, "validate_every": 100}}
     assert h200.estimate_seconds("train", often, models=1) == pytest.approx(60 + 30000 / 122.6 + 300 * 0.14)
     h100 = cal.Calibration.read(H100)
     assert h100.gpu_model == "NVIDIA H100 80GB HBM3" and h100.train_rate(1) == 100.8
@@ -193,7 +196,7 @@ def test_one_module_gives_every_rule_its_resources():
 
 def test_a_calibration_replaces_runtime_and_memory_of_the_gpu_kinds_only():
     calibration = cal.Calibration.read(H200)
-    config = {"resources": RESOURCES, "training": {"validate_every": 500}}
+    config = {"resources": RESOURCES, "training": {**PAPER_TRAINING, "validate_every": 500}}
     cluster = ClusterResources(config, calibration=calibration)
     train = _expand(cluster.stack_resources("train", 3))
     assert (train["runtime"], train["mem_mb"]) == (12, 9500)             # 711.2 s -> 12 min (above)

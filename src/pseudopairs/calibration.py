@@ -174,11 +174,13 @@ class Calibration:
         rates, work = self.rates, self.work
         startup = float(work["startup_s"])
         if kind == "train":
-            training = config.get("training", {}) if isinstance(config, Mapping) else {}
+            from pseudopairs.model.settings import TrainingSettings   # no torch: parse time
+
+            training = TrainingSettings.from_dict(config["training"])
             updates = float(work["train_updates"])
-            validations = updates / float(training.get("validate_every", 500))
-            rate = self.train_rate(models, tf32=bool(training.get("tf32", False)),
-                                   bf16=training.get("stack_precision", "float32") == "bf16" and models > 1)
+            validations = updates / float(training.validate_every)
+            rate = self.train_rate(models, tf32=training.tf32,
+                                   bf16=training.stack_precision == "bf16" and models > 1)
             return startup + models * updates / rate + models * validations * float(rates["validation_s"])
         if kind == "evaluate":
             return startup + models * float(rates["evaluate_model_s"])
