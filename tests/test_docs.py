@@ -249,13 +249,29 @@ def test_plan_facts_count_what_a_dry_run_plans():
 def test_every_figure_the_docs_quote_from_the_plan_is_the_plans(tmp_path):
     """Each job, model, stack, GPU and disk figure the docs derive from the plan sits between
     plan markers; the dry runs of config/paper.yaml, the demo's Table 5 and its rule all give
-    each of them (``pseudopairs plan-facts --write`` rewrites them after a change)."""
+    each of them (``pseudopairs docs --write`` rewrites them after a change)."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     from pseudopairs.report import plan
 
     facts = plan.all_facts(REPO, tmp_path)
     texts = {name: (REPO / name).read_text(encoding="utf-8") for name in plan.DOCS}
     problems = [m for name, text in texts.items() for m in plan.marker_errors(text, facts, source=name)]
-    assert not problems, "\n".join(problems) + "\n(run `pseudopairs plan-facts --write`)"
+    assert not problems, "\n".join(problems) + "\n(run `pseudopairs docs --write`)"
     assert {"paper.jobs", "paper.models", "paper.stacks", "paper.gpu_submissions", "paper.model_disk_gb",
             "demo.table5.jobs", "demo.jobs_after_table5"} <= plan.marked_names(texts.values())
+
+
+def test_config_readme_documents_every_settings_section_by_its_class():
+    """config/README.md holds one generated table per settings class the schema generates a
+    section from, equal to the class's: a setting added, removed or changed in its class shows
+    here (``pseudopairs docs --write --no-plan`` regenerates the tables)."""
+    from pseudopairs.report import docs
+
+    targets = docs.settings_targets()
+    assert "pseudopairs.model.settings:TrainingSettings" in targets and len(targets) >= 12
+    text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
+    problems = docs.settings_errors(text, source="config/README.md", targets=targets)
+    assert not problems, "\n".join(problems) + "\n(run `pseudopairs docs --write --no-plan`)"
+    table = docs.settings_table("pseudopairs.mining.settings:MiningSettings")
+    assert "| `encode_batch_size` | an integer >= 1 | `256` | captions per encoder batch |" in table
+    assert "| `device` | auto, cpu, cuda or cuda:N | `\"auto\"` |" in table

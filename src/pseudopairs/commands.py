@@ -59,7 +59,7 @@ COMMANDS: dict[str, Command] = {
     "parameters-figure": Command("report", "pseudopairs.report.parameters", "mean recall against parameters trained or kept at test time (002's Figure 3)"),
     "table": Command("report", "pseudopairs.report.tables", "one of the paper's tables (mean, sd, n; paper)"),
     "tables-markdown": Command("report", "pseudopairs.report.tables", "all tables as Markdown"),
-    "plan-facts": Command("report", "pseudopairs.report.plan", "the docs' job, model and GPU counts checked against (or rewritten from) the plan's dry runs"),
+    "docs": Command("report", "pseudopairs.report.docs", "the docs' generated parts (config/README.md's settings tables, the plan's job and model counts) checked or rewritten"),
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
     "rounds-summary": Command("report", "pseudopairs.report.rounds_summary", "iterated bootstrapping: per-round scores, §7.2 shares, stop rule, figure"),
     "report-page": Command("report", "pseudopairs.report.html", "an HTML page of tables (ours vs the paper, charts) and figures"),

@@ -190,37 +190,3 @@ def all_facts(repo, workdir) -> dict[str, int]:
         facts.update(plan_facts(output, prefix=name))
     facts["demo.jobs_after_table5"] = facts["demo.jobs"] - facts["demo.table5.jobs"]
     return facts
-
-
-def _cli_plan_facts(args) -> None:
-    import tempfile
-    from pathlib import Path
-
-    from pseudopairs.io import write_text_atomic
-
-    repo = Path(__file__).resolve().parents[3]
-    with tempfile.TemporaryDirectory() as workdir:
-        facts = all_facts(repo, workdir)
-    for name in sorted(facts):
-        print(f"{name}\t{shown(facts[name])}")
-    problems = []
-    for relative in DOCS:
-        path = repo / relative
-        text = path.read_text(encoding="utf-8")
-        if args.write:
-            updated = write_markers(text, facts)
-            if updated != text:
-                write_text_atomic(path, updated)
-                print(f"rewrote the figures of {relative}")
-        else:
-            problems += marker_errors(text, facts, source=relative)
-    if problems:
-        raise SystemExit("\n".join(problems))
-
-
-def register_cli(subparsers) -> None:
-    from pseudopairs import commands
-
-    p = commands.add_command(subparsers, "plan-facts", _cli_plan_facts)
-    p.add_argument("--write", action="store_true",
-                   help="rewrite the docs' figures (else check them and list the differences)")
