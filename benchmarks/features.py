@@ -107,7 +107,7 @@ def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.Feature
             repeats: int, default_threads: int, fmt: str = "png") -> dict:
     """Best-of-``repeats`` rates of the pipeline and the bare forward at the pipeline's forward
     threads; on a CPU also the bare forward at ``default_threads`` (torch's default)."""
-    device = N.resolve_device(settings.device)
+    device = N.torch_device(settings.device)
     image_dir = tmp / f"{fmt}{size}-{count}"
     if not image_dir.is_dir():
         image_dir.mkdir()
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     default_threads = torch.get_num_threads()  # torch's own choice, before anything sets it
-    device = N.resolve_device(args.device)
+    device = N.torch_device(args.device)
     cores = os.cpu_count() or 1
     workers = args.workers if args.workers is not None else (1 if device.type == "cpu" else max(1, min(8, cores - 1)))
     base = dict(weights="none", seed=0, dtype="float16", format="npz", batch_size=args.batch_size,

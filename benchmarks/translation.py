@@ -112,7 +112,7 @@ def main() -> int:
         "beam_size": args.beam_size, "max_batch_size": args.max_batch_size, "device": args.device,
         "compute_type": args.compute_type, "intra_threads": threads, "inter_threads": 1,
         "chunk_size": args.chunk_size, "prepare_workers": args.prepare_workers})
-    device, compute = TL.resolve_device(settings)
+    device, _, compute = TL.ctranslate2_device(settings)
 
     with tempfile.TemporaryDirectory(prefix="bench-translation-") as tmp:
         tmp = Path(tmp)

@@ -78,14 +78,26 @@ def test_the_mining_job_keeps_engine_criterion_and_parameters_apart():
 
 
 def test_one_device_notion_for_every_stage():
-    for section, key in (("mining", "device"), ("features", "device"), ("training", "device")):
-        config = demo()
-        config[section][key] = "cuda:1"
-        check_config(config)   # accepted everywhere
-        config = demo()
-        config[section][key] = "gpu"
-        with pytest.raises(ConfigError, match=rf"config key '{section}.device'"):
-            check_config(config)
+    """auto, cpu, cuda and cuda:N in every stage that takes a device (CTranslate2's translation
+    too: cuda:N is its device index); anything else refused naming the key."""
+    from pseudopairs.translation.settings import TranslateSettings
+    from pseudopairs.translation.translate import ctranslate2_device
+
+    for path in (("mining",), ("features",), ("training",), ("translation", "translate")):
+        key = ".".join(path) + ".device"
+        for value, ok in (("cuda:1", True), ("cpu", True), ("gpu", False), ("cuda1", False)):
+            config = demo()
+            section = config
+            for part in path:
+                section = section[part]
+            section["device"] = value
+            if ok:
+                check_config(config)
+            else:
+                with pytest.raises(ConfigError, match=rf"config key '{key}': must be auto, cpu, cuda or cuda:N"):
+                    check_config(config)
+    assert "device_index" not in TranslateSettings.defaults()
+    assert ctranslate2_device(TranslateSettings(device="cpu")) == ("cpu", 0, "int8")
     assert resolve_device("cpu", key="k", cuda_count=lambda: 0) == "cpu"
     assert resolve_device("auto", key="k", cuda_count=lambda: 0) == "cpu"
     assert resolve_device("auto", key="k", cuda_count=lambda: 2) == "cuda"

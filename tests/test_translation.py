@@ -214,7 +214,7 @@ def test_train_settings_errors_name_the_key(values, message):
 @pytest.mark.parametrize("values, message", [
     ({"beam_size": 0}, "translation.translate.beam_size"),
     ({"compute_type": "int4"}, "translation.translate.compute_type: must be one of"),
-    ({"device": "gpu"}, "translation.translate.device: must be one of"),
+    ({"device": "gpu"}, "translation.translate.device: must be auto, cpu, cuda or cuda:N"),
     ({"chunk_size": 0}, "translation.translate.chunk_size"),
     ({"max_batch_size": 64, "max_input_tokens": 128}, "translation.translate.max_batch_size: must be at least"),
     ({"inter_threads": 0}, "translation.translate.inter_threads"),

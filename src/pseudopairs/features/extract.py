@@ -47,7 +47,7 @@ from pseudopairs import commands
 from pseudopairs.features.backbones import feature_dim
 from pseudopairs.features.network import (_collate, _ImageDataset, autocast_dtype,
                                           build_model, forward, forward_threads, prepare_model,
-                                          resolve_device)
+                                          torch_device)
 from pseudopairs.features.decode import FileDataset, collate, decode_batch
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.features.shards import (Shard, _read_shard, _write_shard, file_stamps, remove_shards,
@@ -261,7 +261,7 @@ def extract_features(
     ids, paths = frame["image_id"].tolist(), frame["path"].tolist()
     n = len(ids)
     _check_files_exist(frame, source=source)
-    device = resolve_device(settings.device)
+    device = torch_device(settings.device)
     size = settings.shard_size
     job = _Job(ids=ids, paths=paths, source=source, settings=settings,
                shard_dir=Path(shard_dir) if shard_dir is not None else None, device=device,

@@ -130,7 +130,7 @@ def build_model(weights: str = "none", *, seed: int = 0, arch: str = "resnet50")
     return model.eval()
 
 
-def resolve_device(name: str):
+def torch_device(name: str):
     """The torch device of ``features.device`` (:func:`pseudopairs.settings.resolve_device`)."""
     import torch
 

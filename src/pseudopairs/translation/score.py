@@ -19,7 +19,7 @@ from pseudopairs.translation.settings import TranslateSettings
 from pseudopairs.translation.text import (_library_versions, compute_bleu, read_parallel,
                                           write_text_lines)
 from pseudopairs.translation.translate import (_command_line, add_translate_options, load_translator,
-                                               resolve_device, settings_from_args, translate_texts)
+                                               ctranslate2_device, settings_from_args, translate_texts)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def score_mt(*, model_dir: str | os.PathLike, source: str | os.PathLike, referen
     if source_lang is not None or target_lang is not None:
         model.check_languages(source_lang, target_lang)
     output = Path(output) if output is not None else default_output(model.path, source)
-    device, compute = resolve_device(settings)
+    device, _, compute = ctranslate2_device(settings)
     translations, stats = _translate(model, sources, settings, source_lang=source_lang, target_lang=target_lang)
     seconds = time.time() - started
     if stats["truncated"]:

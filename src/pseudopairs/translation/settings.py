@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pseudopairs.settings import Settings, setting
+from pseudopairs.settings import Settings, device_setting, setting
 
 
 #: The published OpenNMT-py English→German Transformer (archive: averaged-10-epoch.pt and
@@ -114,8 +114,7 @@ class TranslateSettings(Settings):
     max_decoding_length: int = setting(256, kind=int, low=1, doc="target subword tokens")
     max_input_tokens: int = setting(256, kind=int, low=1, doc="source subword tokens; longer captions are truncated (logged)")
     max_batch_size: int = setting(1024, kind=int, low=1, doc='tokens per CTranslate2 batch (batch_type="tokens")')
-    device: str = setting("auto", kind=str, choices=("auto", "cpu", "cuda"))
-    device_index: int = setting(0, kind=int, low=0)
+    device: str = device_setting("CTranslate2's device")
     compute_type: str = setting("auto", kind=str, choices=COMPUTE_TYPES,
                                 doc="auto = int8 on CPU, float16 on CUDA; or a CTranslate2 type")
     intra_threads: int = setting(0, kind=int, low=0, doc="OpenMP threads per translator (0: CTranslate2's default)")

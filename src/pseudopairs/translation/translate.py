@@ -32,25 +32,28 @@ from pseudopairs.translation.text import _library_versions, read_text_lines, wri
 log = logging.getLogger(__name__)
 
 
-def resolve_device(settings: TranslateSettings) -> tuple[str, str]:
-    """(device, compute type) for CTranslate2: ``auto`` picks CUDA when CTranslate2 sees a GPU;
-    compute type ``auto`` is int8 on CPU and float16 on CUDA. Unsupported types are errors."""
+def ctranslate2_device(settings: TranslateSettings) -> tuple[str, int, str]:
+    """(device, device index, compute type) for CTranslate2 from ``translation.translate.device``
+    (the one device notion, :func:`pseudopairs.settings.resolve_device`, with the GPUs
+    CTranslate2 sees: ``cuda:N`` is device ``cuda``, index N); compute type ``auto`` is int8 on
+    CPU and float16 on CUDA. Unsupported types are errors."""
     import ctranslate2
 
-    device = settings_device(settings.device, key="translation.translate.device (CTranslate2 must "
-                             "see the GPU: is its CUDA 12 cuBLAS on the library path?)",
-                             cuda_count=ctranslate2.get_cuda_device_count)
+    resolved = settings_device(settings.device, key="translation.translate.device (CTranslate2 must "
+                               "see the GPU: is its CUDA 12 cuBLAS on the library path?)",
+                               cuda_count=ctranslate2.get_cuda_device_count)
+    device, _, index = resolved.partition(":")
     if device == "cuda":
         preload_cuda12_cublas()
     compute = settings.compute_type
     if compute == "auto":
         compute = "int8" if device == "cpu" else "float16"
     if compute != "default":
-        supported = ctranslate2.get_supported_compute_types(device, settings.device_index)
+        supported = ctranslate2.get_supported_compute_types(device, int(index or 0))
         if compute not in supported:
             raise ValueError(f"translation.translate.compute_type: {compute!r} is not supported on "
                              f"{device} here (supported: {sorted(supported)})")
-    return device, compute
+    return device, int(index or 0), compute
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,9 +91,9 @@ def load_translator(model: ModelDir, settings: TranslateSettings):
     """``ctranslate2.Translator`` for a model directory with the device/threads of ``settings``."""
     import ctranslate2
 
-    device, compute = resolve_device(settings)
+    device, index, compute = ctranslate2_device(settings)
     try:
-        return ctranslate2.Translator(str(model.path), device=device, device_index=settings.device_index,
+        return ctranslate2.Translator(str(model.path), device=device, device_index=index,
                                       compute_type=compute, inter_threads=settings.inter_threads,
                                       intra_threads=settings.intra_threads)
     except (RuntimeError, ValueError, OSError) as err:
@@ -305,7 +308,7 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
     model.check_languages(source_lang, target_lang)
     source = _read_table(captions, source_lang) if table else _read_text(captions)
 
-    device, compute = resolve_device(settings)
+    device, _, compute = ctranslate2_device(settings)
     fingerprint = translation_fingerprint(model, settings, device=device, compute=compute,
                                           source_lang=source_lang, target_lang=target_lang,
                                           case=case or "raw", truecase_model=truecase_model,
