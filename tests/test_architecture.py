@@ -97,6 +97,44 @@ def test_no_import_cycle():
     assert "pseudopairs.mining.step" not in edges["pseudopairs.mining.statistics"]
 
 
+def package_graph() -> dict[str, set[str]]:
+    """Edges package -> package of the import graph (a subpackage of pseudopairs, or a shared
+    top-level module as a node of its own)."""
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else parts[0]
+
+    out: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        for target in targets:
+            if package(module) != package(target):
+                out.setdefault(package(module), set()).add(package(target))
+    return out
+
+
+def test_packages_import_each_other_in_one_direction():
+    """No two packages import each other, however indirectly: e.g. pseudopairs.smalr is paper
+    002's library, which the model and evaluation stages import, and it imports neither (its
+    steps that need a trained model live in those stages)."""
+    graph = package_graph()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    both_ways = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets
+                        if reaches(b, a)})
+    assert not both_ways
+    assert "smalr" in graph["model"] and not {"model", "evaluation"} & graph.get("smalr", set())
+
+
 def test_no_stage_imports_a_later_stage():
     """Stages import earlier stages only (data, features, model, evaluation, mining, report): e.g.
     training's validation ranks with pseudopairs.similarity's exact engine, not the evaluation

@@ -14,8 +14,9 @@ import torch
 
 from conftest import paper_dry_run, run_snakemake
 from pseudopairs.smalr import clc_contract, paper
-from pseudopairs.smalr.clc_step import (clc_metrics, query_versions, ranks_from_scores,
-                                        retrieval_from_scores, score_tensor, write_parallel_text)
+from pseudopairs.evaluation.clc import (clc_metrics, query_versions, ranks_from_scores,
+                                        retrieval_from_scores, score_tensor)
+from pseudopairs.smalr.clc_text import write_parallel_text
 from pseudopairs.similarity.metrics import retrieval_metrics
 from test_experiments import demo
 from test_workflow import job_counts

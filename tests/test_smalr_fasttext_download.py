@@ -22,7 +22,7 @@ from pseudopairs.data import download
 from pseudopairs.data.download import ChecksumError, fetch
 from pseudopairs.io import CAPTION_COLUMNS
 from pseudopairs.settings import SettingsError
-from pseudopairs.smalr import specs
+from pseudopairs.model import smalr_contract as specs
 from pseudopairs.smalr.fasttext import read_vec
 from pseudopairs.smalr.settings import PUBLISHED_FASTTEXT_URL, FastTextSettings
 from pseudopairs.smalr.step import train_fasttext_step

@@ -16,7 +16,7 @@ from pseudopairs.io import read_captions
 from pseudopairs.model import training
 from pseudopairs.model.text_encoders import load_vocabulary
 from pseudopairs.smalr import paper
-from pseudopairs.smalr import specs
+from pseudopairs.model import smalr_contract as specs
 from pseudopairs.smalr.step import pretrain_hem_step, train_fasttext_step
 from test_experiments import demo
 from test_training import SETTINGS, _world

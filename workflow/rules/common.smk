@@ -23,7 +23,7 @@ from pseudopairs.report import contract as report_contract
 from pseudopairs.report import pages
 from pseudopairs.report import targets as report_targets
 from pseudopairs.smalr import clc_contract
-from pseudopairs.smalr import specs as smalr_specs
+from pseudopairs.model import smalr_contract
 from pseudopairs.translation import contract as translation_contract
 
 WORLD = config["data"]["source"] == "world"

@@ -256,6 +256,6 @@ else:
             f"{DOWNLOADS}/coco/caption_datasets",
             coco_image_dirs(),
             translation_contract.fetch_inputs(config),
-            smalr_specs.fasttext_downloads(config),
+            smalr_contract.fasttext_downloads(config),
         output:
             touch(f"{DOWNLOADS}/fetched"),

@@ -3,7 +3,7 @@
 # the published vectors (download) filtered to those captions' words -- then HEM's pretraining
 # (its latent vocabulary, hard assignment and initial rows), which that experiment's training reads.
 
-if smalr_specs.downloads_fasttext(config):
+if smalr_contract.downloads_fasttext(config):
 
     # Compute nodes often have no internet: the vectors are fetched where Snakemake runs (and by
     # the `fetch` target on a login node), resumably, checked against fasttext.sha256 or the
@@ -13,7 +13,7 @@ if smalr_specs.downloads_fasttext(config):
 
     rule download_fasttext:
         output:
-            smalr_specs.published_vectors(config, "{lang}"),
+            smalr_contract.published_vectors(config, "{lang}"),
         log:
             layout.log("download_fasttext", "{lang}"),
         benchmark:
@@ -23,8 +23,8 @@ if smalr_specs.downloads_fasttext(config):
         resources:
             **job_resources("download_fasttext"),
         params:
-            url=from_wildcards(smalr_specs.fasttext_download, "lang", key="url"),
-            sha256=lambda w: sha256_arg(smalr_specs.fasttext_download(config, w.lang)["sha256"]),
+            url=from_wildcards(smalr_contract.fasttext_download, "lang", key="url"),
+            sha256=lambda w: sha256_arg(smalr_contract.fasttext_download(config, w.lang)["sha256"]),
             retries=PAPER.get("retries", 5),
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
@@ -33,7 +33,7 @@ if smalr_specs.downloads_fasttext(config):
 
 rule fasttext:
     input:
-        from_wildcards(smalr_specs.fasttext_inputs, "experiment", "seed", "lang"),
+        from_wildcards(smalr_contract.fasttext_inputs, "experiment", "seed", "lang"),
     output:
         layout.fasttext_vectors("{experiment}", "{seed}", "{lang}"),
     log:
@@ -45,7 +45,7 @@ rule fasttext:
     resources:
         **job_resources("fasttext"),
     params:
-        spec=from_wildcards(smalr_specs.fasttext_spec, "experiment", "seed", "lang", to_json=True),
+        spec=from_wildcards(smalr_contract.fasttext_spec, "experiment", "seed", "lang", to_json=True),
     shell:
         "python -m pseudopairs train-fasttext --spec {params.spec:q} --output {output:q} "
         "> {log:q} 2>&1"
@@ -53,7 +53,7 @@ rule fasttext:
 
 rule pretrain_hem:
     input:
-        from_wildcards(smalr_specs.hem_inputs, "experiment", "seed"),
+        from_wildcards(smalr_contract.hem_inputs, "experiment", "seed"),
     output:
         vocab=layout.hem_vocabulary("{experiment}", "{seed}"),
         init=layout.hem_init("{experiment}", "{seed}"),
@@ -66,7 +66,7 @@ rule pretrain_hem:
     resources:
         **job_resources("pretrain_hem"),
     params:
-        spec=from_wildcards(smalr_specs.hem_spec, "experiment", "seed", to_json=True),
+        spec=from_wildcards(smalr_contract.hem_spec, "experiment", "seed", to_json=True),
     shell:
         "python -m pseudopairs pretrain-hem --spec {params.spec:q} --vocab {output.vocab:q} "
         "--init {output.init:q} > {log:q} 2>&1"

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from pseudopairs.registry import Registry
+from pseudopairs.smalr.settings import HEM_INIT_FORMAT  # noqa: F401  (read_hem_init's format)
 
-HEM_INIT_FORMAT = "pseudopairs.hem-init/1"
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
     per seed of the table and, for a ``reference``, its HEM vocabularies and the widths of HEM's
     rows (``hem.pca_dim``) and of its projection (``embedding_dim``)."""
     from pseudopairs.model.contract import experiment_model
-    from pseudopairs.smalr.specs import hem_settings
+    from pseudopairs.model.smalr_contract import hem_settings
 
     table = parameters_figures(config)[name]
     spec = config["tables"][table]

@@ -16,7 +16,13 @@ text encoder (:mod:`~pseudopairs.model.text_encoders`) and the ``smalr`` objecti
 - :mod:`~pseudopairs.smalr.clc` — Cross-Lingual Consistency (§3.4): CLC-A, CLC-C;
 - :mod:`~pseudopairs.smalr.fasttext` — FastText vectors: trained with gensim (optional extra
   ``smalr``), and the reader/writer of ``.vec`` text files;
-- :mod:`~pseudopairs.smalr.settings`, :mod:`~pseudopairs.smalr.specs`,
-  :mod:`~pseudopairs.smalr.step` — the ``fasttext`` and ``pretrain_hem`` steps: settings, inputs
-  from the config, commands ``train-fasttext`` and ``pretrain-hem``.
+- :mod:`~pseudopairs.smalr.settings`, :mod:`~pseudopairs.smalr.step` — the ``fasttext`` and
+  ``pretrain_hem`` steps: settings and commands ``train-fasttext`` and ``pretrain-hem`` (their
+  inputs from the config: :mod:`pseudopairs.model.smalr_contract`);
+- :mod:`~pseudopairs.smalr.clc_text`, :mod:`~pseudopairs.smalr.clc_contract` — CLC's translation
+  models' parallel text and its rules' inputs (its evaluation: :mod:`pseudopairs.evaluation.clc`);
+- :mod:`~pseudopairs.smalr.augment` — 002's augmented training set (§4).
+
+The package is a library of paper 002's parts: it imports no later stage (the model, the
+evaluation), which import it (tests/test_architecture.py checks packages import in one direction).
 """

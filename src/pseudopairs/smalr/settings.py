@@ -65,6 +65,11 @@ class FastTextSettings(Settings):
         return self.url.replace("{lang}", lang)
 
 
+#: The format tag of the pretrain_hem step's output (a HEM text encoder's initial rows), which
+#: the training step checks when it reads it (pseudopairs.model.text_encoders.read_hem_init).
+HEM_INIT_FORMAT = "pseudopairs.hem-init/1"
+
+
 @dataclass(frozen=True)
 class HemSettings(Settings):
     """The config's ``hem`` section: HEM's pretraining (:mod:`pseudopairs.smalr.hem_build`)."""

@@ -2,7 +2,7 @@
 trained on a run's own training captions, or the published vectors of their words) and
 ``pretrain-hem`` (HEM's latent vocabulary, hard assignment and initial rows from those captions
 and vectors). Their inputs are made by
-:mod:`pseudopairs.smalr.specs`; their outputs are the ``hem`` text encoder's vocabulary and initial
+:mod:`pseudopairs.model.smalr_contract`; their outputs are the ``hem`` text encoder's vocabulary and initial
 state (:mod:`pseudopairs.model.text_encoders`), which ``train`` reads."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pseudopairs import commands
 from pseudopairs.io import read_captions, write_json_atomic
-from pseudopairs.smalr.settings import FastTextSettings, HemSettings
+from pseudopairs.smalr.settings import HEM_INIT_FORMAT, FastTextSettings, HemSettings
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,9 @@ def pretrain_hem_step(spec: dict, *, vocab_out, init_out) -> dict:
     each language's vectors; writes the vocabulary JSON and the initial rows (atomically)."""
     import torch
 
-    from pseudopairs.model.checkpoints import save_atomic
-    from pseudopairs.model.text_encoders import HEM_INIT_FORMAT
+    import torch
+
+    from pseudopairs.io import atomic_path
     from pseudopairs.smalr.fasttext import read_vec
     from pseudopairs.smalr.hem_build import Sentence, build_hem
 
@@ -98,8 +99,8 @@ def pretrain_hem_step(spec: dict, *, vocab_out, init_out) -> dict:
         raise ValueError(f"spec: no FastText vectors for {missing}")
     vectors = {lang: read_vec(spec["vectors"][lang]) for lang in langs}
     built = build_hem(sentences, vectors, settings=settings, seed=int(spec["seed"]))
-    save_atomic(Path(init_out), {"format": HEM_INIT_FORMAT,
-                                 "weight": built.embedding.weight.detach().cpu().clone()})
+    with atomic_path(Path(init_out)) as tmp:
+        torch.save({"format": HEM_INIT_FORMAT, "weight": built.embedding.weight.detach().cpu().clone()}, tmp)
     write_json_atomic(vocab_out, built.vocabulary.to_json())
     summary = {"sentences": len(sentences), "images": len(images),
                "specific": built.vocabulary.n_specific, "latent_used": built.vocabulary.latent_size,
@@ -122,10 +123,10 @@ def _cli_pretrain_hem(args: argparse.Namespace) -> None:
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "train-fasttext", _cli_train_fasttext)
     commands.add_json(p, "--spec", "the run's captions, language, seed and fasttext settings "
-                                   "(smalr.specs.fasttext_spec)")
+                                   "(model.smalr_contract.fasttext_spec)")
     p.add_argument("--output", required=True, help=".vec file (written atomically)")
     p = commands.add_command(subparsers, "pretrain-hem", _cli_pretrain_hem)
     commands.add_json(p, "--spec", "the run's caption tables, vectors, seed and hem settings "
-                                   "(smalr.specs.hem_spec)")
+                                   "(model.smalr_contract.hem_spec)")
     p.add_argument("--vocab", required=True, help="HEM vocabulary JSON (written atomically)")
     p.add_argument("--init", required=True, help="HEM initial rows (written atomically)")

@@ -1,5 +1,5 @@
-"""Cross-Lingual Consistency's steps (paper 002 §3.4): ``clc-parallel-text`` (the parallel text
-of the translation models) and ``evaluate-clc`` (``metrics.clc.json``: every test query of the
+"""Cross-Lingual Consistency's evaluation (paper 002 §3.4; its translation models' parallel text:
+:mod:`pseudopairs.smalr.clc_text`): ``evaluate-clc`` (``metrics.clc.json``: every test query of the
 translation corpus scored in each CLC language — the query itself in its own language, its
 machine translations in the others, each encoded by the model in that language — and the
 (language, query, image) scores aggregated by CLC-A, the mean, and CLC-C, the MLP trained on the
@@ -17,49 +17,12 @@ import torch
 
 from pseudopairs import commands
 from pseudopairs.evaluation.step import add_model_arguments, caption_subset
-from pseudopairs.io import load_features, read_captions, write_json_atomic, write_text_atomic
+from pseudopairs.io import load_features, read_captions, write_json_atomic
 from pseudopairs.similarity.metrics import metrics_from_ranks
 
 log = logging.getLogger(__name__)
 
 KEYS = ["image_id", "caption_idx"]
-
-
-# ---------------------------------------------------------------------------------------------
-# parallel text
-
-
-def parallel_lines(spec: dict) -> dict[str, dict[str, list[str]]]:
-    """split -> lang -> sentences, line k of every language the same sentence."""
-    langs = tuple(spec["langs"])
-    if spec["source"] == "world":
-        from pseudopairs.world.generate import parallel_sentences
-        from pseudopairs.world.settings import WorldSettings
-        world = WorldSettings.from_dict(spec["world"])
-        return {split: {lang: [s[lang] for s in sentences] for lang in langs}
-                for split, n in spec["sizes"].items()
-                for sentences in [parallel_sentences(world, split, n, langs)]}
-    out = {}
-    for split, path in spec["captions"].items():
-        frame = read_captions(path)
-        wide = None
-        for lang in langs:
-            rows = frame[frame["lang"] == lang][KEYS + ["raw"]].rename(columns={"raw": lang})
-            if rows.empty:
-                raise ValueError(f"{path}: no {lang!r} captions for the CLC parallel text")
-            wide = rows if wide is None else wide.merge(rows, on=KEYS, how="inner")
-        wide = wide.sort_values(KEYS, kind="stable")
-        out[split] = {lang: wide[lang].tolist() for lang in langs}
-    return out
-
-
-def write_parallel_text(spec: dict, outputs: dict[str, str]) -> dict[str, int]:
-    """Write each ``{split}_{lang}`` file of ``outputs`` (one sentence a line, atomically)."""
-    lines = parallel_lines(spec)
-    for key, path in outputs.items():
-        split, lang = key.rsplit("_", 1)
-        write_text_atomic(path, "".join(line.replace("\n", " ") + "\n" for line in lines[split][lang]))
-    return {split: len(next(iter(by_lang.values()))) for split, by_lang in lines.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,14 +153,6 @@ def _cli_evaluate_clc(args: argparse.Namespace) -> None:
     print(json.dumps({k: result[k] for k in ("clc_a", "clc_c")}, indent=2))
 
 
-def _cli_parallel_text(args: argparse.Namespace) -> None:
-    print(json.dumps(write_parallel_text(args.spec, args.outputs)))
-
-
 def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "clc-parallel-text", _cli_parallel_text)
-    commands.add_json(p, "--spec", "smalr.clc_contract.parallel_spec")
-    commands.add_json(p, "--outputs", "{split}_{lang} -> file (smalr.clc_contract.parallel_outputs)")
-
     p = commands.add_command(subparsers, "evaluate-clc", _cli_evaluate_clc)
     add_model_arguments(p, spec="smalr.clc_contract.evaluation_spec", output="metrics.clc.json")
