@@ -61,7 +61,7 @@ def demo_model(directory: Path, *, pairs: int, steps: int, threads: int) -> Path
     ven, vde = demo_pairs(200, seed=2)
     for name, lines in (("train.en", en), ("train.de", de), ("valid.en", ven), ("valid.de", vde)):
         (directory / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    settings = TS.TrainSettings.from_dict({"max_steps": steps, "threads": threads, "batch_tokens": 1024,
+    settings = TS.TranslationTrainSettings.from_dict({"max_steps": steps, "threads": threads, "batch_tokens": 1024,
                                           "warmup_steps": min(300, steps // 3)})
     bleu = TR.train_mt(source_train=directory / "train.en", target_train=directory / "train.de",
                       source_valid=directory / "valid.en", target_valid=directory / "valid.de",

@@ -115,7 +115,7 @@ def paper_models() -> int:
 def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_dry_run):
     """The site's resources.slurm places every job (GPU jobs in the GPU partition), and a
     --set-resources for one resource of one rule changes that resource only. Models train in
-    stacks (config/paper.yaml training.stack [3, 7]): per seed block of an experiment one
+    stacks (config/paper.yaml training.stack [3, 7]): per stack of an experiment one
     training job and one evaluation job, asking the walltime and memory the shipped H100
     calibration gives a stack of that size (config/calibration/h100.yaml, by hand: a stack of 3
     trains 3 x 30,000 updates at 190.3 model-updates/s = 472.9 s + 3 x 60 validations x 0.17 s +
@@ -148,7 +148,7 @@ def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_d
 
 def test_a_stack_and_its_evaluations_are_one_group_job(paper_slurm_dry_run):
     """Each evaluation runs in its training job's allocation: one group job per stack (an
-    experiment's seed block) holding its train-stack job and its evaluate-stack job (the
+    experiment's stack) holding its train-stack job and its evaluate-stack job (the
     models' evaluations one after the other), so SLURM gets one GPU job per stack and no
     evaluation queues for a GPU alone."""
     jobs = dry_run_jobs(paper_slurm_dry_run)

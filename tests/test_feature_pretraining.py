@@ -51,7 +51,7 @@ def test_exact_match_rates_per_family():
 
 
 def test_pretraining_writes_a_state_dict_the_features_step_loads(tmp_path):
-    settings = P.PretrainSettings.from_dict({"images": 8, "held_out": 4, "epochs": 1, "batch_size": 4,
+    settings = P.FeaturePretrainingSettings.from_dict({"images": 8, "held_out": 4, "epochs": 1, "batch_size": 4,
                                              "learning_rate": 1e-3, "threads": 1})
     out = tmp_path / "w" / "resnet18.pt"
     report = P.pretrain(world=WORLD, settings=settings, features=FEATURES, output=out)
@@ -78,9 +78,9 @@ def test_pretraining_writes_a_state_dict_the_features_step_loads(tmp_path):
 
 def test_settings_are_checked_by_key():
     with pytest.raises(SettingsError, match=r"feature_pretraining.batch_size: must not exceed"):
-        P.PretrainSettings.from_dict({"images": 4, "batch_size": 8})
+        P.FeaturePretrainingSettings.from_dict({"images": 4, "batch_size": 8})
     with pytest.raises(SettingsError, match=r"feature_pretraining: unknown setting\(s\) feature_pretraining.arch"):
-        P.PretrainSettings.from_dict({"arch": "resnet18"})   # the arch is features.arch
+        P.FeaturePretrainingSettings.from_dict({"arch": "resnet18"})   # the arch is features.arch
     with pytest.raises(SettingsError, match=r"world.max_objects: must be ≥ world.max_groups"):
         SceneSettings.from_dict({"seed": 1, "max_groups": 3, "max_objects": 2})
     assert SceneSettings.of_world({"seed": 1, "image_size": 64, "images": {}, "parallel": {}}) == {

@@ -163,7 +163,7 @@ def test_each_criterion_parameter_is_a_setting_of_the_schema():
     parameters, accepted by the schema exactly as by the criterion's own check."""
     from pseudopairs.mining import criteria
 
-    (path, _), = [(p, n) for p, n in NODES if n[SCHEMA_KEY].endswith(":MiningSection")]
+    (path, _), = [(p, n) for p, n in NODES if n[SCHEMA_KEY].endswith(":CriterionSection")]
     section = _generated(path)
     assert section["properties"]["criterion"]["enum"] == criteria.CRITERIA.names()
     assert criteria.DEFAULT_CRITERION in criteria.CRITERIA

@@ -375,7 +375,7 @@ def test_stacked_gru_with_the_fused_cell_on_cuda_equals_plain_autograd():
 
 
 # --------------------------------------------------------------------------------------------
-# The workflow: seed blocks, stale-only reruns, the evaluation of a stack
+# The workflow: stacks, stale-only reruns, the evaluation of a stack
 
 
 def _stack_commands(output: str) -> dict[str, str]:
@@ -394,22 +394,22 @@ def _stack_commands(output: str) -> dict[str, str]:
 
 
 def test_blocks_follow_the_seed_numbers_and_the_models_the_outputs_need():
-    from pseudopairs import seed_blocks as ex
+    from pseudopairs import stacks as ex
     from pseudopairs.config import check_config, load_config
     from conftest import REPO
 
-    assert [ex.seed_block(s, [3]) for s in range(1, 8)] == [0, 0, 0, 1, 1, 1, 2]
-    assert [ex.seed_block(s, [3, 7]) for s in (1, 3, 4, 10, 11, 17, 18)] == [0, 0, 1, 1, 2, 2, 3]
+    assert [ex.stack_index(s, [3]) for s in range(1, 8)] == [0, 0, 0, 1, 1, 1, 2]
+    assert [ex.stack_index(s, [3, 7]) for s in (1, 3, 4, 10, 11, 17, 18)] == [0, 0, 1, 1, 2, 2, 3]
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml"))
     models = ex.model_seeds(config)
     # Table 5's source is trained for every seed its pseudopair sets are mined at, and fine-tuned
     # rows at the seeds of their tables (Table 5: five; table5_criteria: the config's three)
     assert models["en_de_coco_c2c"] == [1, 2, 3, 4, 5] and models["en_de_coco_c2c_pseudo_ft"] == [1, 2, 3, 4, 5]
     assert models["en_de_coco_c2c_csls_ft"] == [1, 2, 3]
-    assert ex.seed_blocks(config, "en_de_coco_c2c", [1, 2, 3, 4, 7]) == [[1, 2, 3], [4], [7]]
-    assert ("en_de_coco_c2c", [1, 2, 3]) in ex.stacks(config, models)
+    assert ex.experiment_stacks(config, "en_de_coco_c2c", [1, 2, 3, 4, 7]) == [[1, 2, 3], [4], [7]]
+    assert ("en_de_coco_c2c", [1, 2, 3]) in ex.multi_seed_stacks(config, models)
     config["training"]["stack"] = [1]
-    assert ex.stacks(config, models) == []                                     # one job per seed
+    assert ex.multi_seed_stacks(config, models) == []                                     # one job per seed
 
 
 def test_adding_a_seed_in_a_new_block_leaves_the_old_blocks_jobs_as_they_were(tmp_path):

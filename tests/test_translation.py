@@ -83,7 +83,7 @@ def trained(tmp_path_factory, pairs):
     tgt = write_lines(root / "train.de", [de for _, de in pairs])
     out = root / "model"
     TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
-               settings=TS.TrainSettings.from_dict(MEMORISE), output_dir=out, progress=False)
+               settings=TS.TranslationTrainSettings.from_dict(MEMORISE), output_dir=out, progress=False)
     return out
 
 
@@ -167,7 +167,7 @@ def test_compute_bleu_of_given_strings():
 def test_training_is_deterministic(tmp_path, pairs):
     src = write_lines(tmp_path / "s.en", [en for en, _ in pairs])
     tgt = write_lines(tmp_path / "s.de", [de for _, de in pairs])
-    settings = TS.TrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1})
+    settings = TS.TranslationTrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1})
     for name in ("a", "b"):
         TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
                    settings=settings, output_dir=tmp_path / name, progress=False)
@@ -175,7 +175,7 @@ def test_training_is_deterministic(tmp_path, pairs):
     assert a["model"].keys() == b["model"].keys()
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert (tmp_path / "a" / "sentencepiece.model").read_bytes() == (tmp_path / "b" / "sentencepiece.model").read_bytes()
-    other = TS.TrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1, "seed": 1})
+    other = TS.TranslationTrainSettings.from_dict({**MEMORISE, "max_steps": 15, "dropout": 0.1, "seed": 1})
     TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
                settings=other, output_dir=tmp_path / "c", progress=False)
     c = M.load_opennmt_checkpoint(tmp_path / "c" / "model.pt")
@@ -187,7 +187,7 @@ def test_parallel_files_must_align(tmp_path):
     tgt = write_lines(tmp_path / "a.de", ["eins"])
     with pytest.raises(ValueError, match=r"a\.en has 2 lines, .*a\.de has 1"):
         TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=src,
-                   settings=TS.TrainSettings(), output_dir=tmp_path / "out", progress=False)
+                   settings=TS.TranslationTrainSettings(), output_dir=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
     with pytest.raises(FileNotFoundError, match="missing.en"):
         TX.read_parallel(tmp_path / "missing.en", tgt)
@@ -207,7 +207,7 @@ def test_parallel_files_must_align(tmp_path):
 ])
 def test_train_settings_errors_name_the_key(values, message):
     with pytest.raises(ValueError) as err:
-        TS.TrainSettings.from_dict(values)
+        TS.TranslationTrainSettings.from_dict(values)
     assert message in str(err.value)
 
 
@@ -260,7 +260,7 @@ def parallel_files(tmp_path_factory, pairs):
 def train_resumable(parallel_files, output_dir: Path, **overrides):
     src, tgt = parallel_files
     return TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
-                       settings=TS.TrainSettings.from_dict({**RESUMABLE, **overrides}),
+                       settings=TS.TranslationTrainSettings.from_dict({**RESUMABLE, **overrides}),
                        output_dir=output_dir, progress=False)
 
 
@@ -328,7 +328,7 @@ def test_a_changed_input_or_setting_starts_afresh(tmp_path, parallel_files, stra
     inputs = {"source_train": src, "target_train": tgt, "source_valid": src, "target_valid": tgt}
 
     def key(**overrides):
-        return TR.run_key(TS.TrainSettings.from_dict({**RESUMABLE, **overrides}), inputs)
+        return TR.run_key(TS.TranslationTrainSettings.from_dict({**RESUMABLE, **overrides}), inputs)
 
     assert key() == key(checkpoint_every=3)
     assert key() != key(lr=1e-3) and key() != key(threads=2)

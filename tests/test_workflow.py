@@ -21,7 +21,7 @@ def job_counts(output: str) -> dict[str, int]:
 
 def model_counts(output: str) -> dict[str, int]:
     """Models trained and evaluated by a dry run's jobs, whatever the jobs: the checkpoints that
-    rule train and the train_stack_* rules (one job per seed block) write, and the metrics files
+    rule train and the train_stack_* rules (one job per stack) write, and the metrics files
     of rule evaluate and the evaluate_stack_* rules."""
     wanted = {"train": "checkpoint.pt", "evaluate": "metrics.json"}
     found: dict[str, set] = {kind: set() for kind in wanted}
@@ -57,9 +57,9 @@ def test_demo_tables_dry_run(tmp_path):
                            "results/table3.csv", "results/table7.csv")
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    # 9 experiments x the method check's 5 seeds, one job per seed block (1-3, 4-5)
+    # 9 experiments x the method check's 5 seeds, one job per stack (1-3, 4-5)
     assert model_counts(result.stdout) == {"train": 9 * 5, "evaluate": 45}
-    # one job per experiment and seed block: rules train_stack_seeds1_3 / _seeds4_5, the
+    # one job per experiment and stack: rules train_stack_seeds1_3 / _seeds4_5, the
     # experiment a wildcard
     assert "train" not in counts and counts["train_stack_seeds1_3"] == counts["train_stack_seeds4_5"] == 9
     assert counts["features"] == 4   # m30k train/val/test + coco train
@@ -356,7 +356,7 @@ def test_snakefmt_leaves_the_workflow_unchanged():
 
 
 def test_slurm_dry_run_lists_the_jobs_inside_group_jobs(tmp_path):
-    """Every training and evaluation job of the plan is found, each inside its seed block's group
+    """Every training and evaluation job of the plan is found, each inside its stack's group
     job: Table 1's 5 experiments, seeds 1-3 and 4-5 each one block (training.stack [3])."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
     result = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "--cores", "8",

@@ -39,7 +39,7 @@ COMMANDS: dict[str, Command] = {
     "pretrain-features": Command("features", "pseudopairs.features.pretraining", "the demo world's ImageNet stand-in: a ResNet trained on world scenes"),
     "train-fasttext": Command("model", "pseudopairs.smalr.step", "FastText vectors of one language: trained on a run's training captions, or the published ones of their words (paper 002)"),
     "pretrain-hem": Command("model", "pseudopairs.smalr.step", "HEM's latent vocabulary and initial rows (paper 002 §3.1)"),
-    "train": Command("model", "pseudopairs.model.stack_training", "train an experiment's models of one seed block (one seed, or a stack's)"),
+    "train": Command("model", "pseudopairs.model.stack_training", "train an experiment's models of one stack (one seed, or a stack's)"),
     "evaluate": Command("evaluation", "pseudopairs.evaluation.step", "test metrics of an experiment's models (one seed, or a stack's) -> metrics.json"),
     "evaluate-clc": Command("evaluation", "pseudopairs.evaluation.clc", "retrieval with Cross-Lingual Consistency (CLC-A, CLC-C) -> metrics.clc.json (paper 002 §3.4)"),
     "score-embeddings": Command("evaluation", "pseudopairs.evaluation.step", "retrieval metrics of stored embeddings"),

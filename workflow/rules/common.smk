@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pseudopairs import cluster, layout
 from pseudopairs import rounds as chains_of_rounds
-from pseudopairs import seed_blocks as blocks
+from pseudopairs import stacks
 from pseudopairs.data import contract as data_contract
 from pseudopairs.data import text_contract
 from pseudopairs.evaluation import contract as evaluation_contract
@@ -29,7 +29,7 @@ from pseudopairs.translation import contract as translation_contract
 WORLD = config["data"]["source"] == "world"
 FMT = config["features"]["format"]
 SPLITS = list(data_contract.SPLITS)
-MODELS = blocks.model_seeds(config)  # experiment -> the seeds the outputs need (stack blocks)
+MODELS = stacks.model_seeds(config)  # experiment -> the seeds the outputs need (pseudopairs.stacks)
 # for `snakemake --report`: the paths that exist (a report after a partial run); else all
 present = report_targets.presence(workflow)
 
@@ -62,7 +62,7 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
     ``names`` (``seed`` as an int), its ``key`` if given, ``then(result)`` if given (a job's
     ``inputs``), as a JSON string with ``to_json`` -- the one bridge from a job's wildcards to the
     stages' contracts (pseudopairs.<stage>.contract), pseudopairs.rounds and
-    pseudopairs.seed_blocks, so no function here only forwards to them."""
+    pseudopairs.stacks, so no function here only forwards to them."""
 
     def call(wildcards):
         values = [int(wildcards[n]) if n == "seed" else wildcards[n] for n in names]

@@ -45,7 +45,9 @@ rule fasttext:
     resources:
         **job_resources("fasttext"),
     params:
-        spec=from_wildcards(smalr_contract.fasttext_spec, "experiment", "seed", "lang", to_json=True),
+        spec=from_wildcards(
+            smalr_contract.fasttext_spec, "experiment", "seed", "lang", to_json=True
+        ),
     shell:
         "python -m pseudopairs train-fasttext --spec {params.spec:q} --output {output:q} "
         "> {log:q} 2>&1"

@@ -1,4 +1,4 @@
-# Training: one job per seed block of an experiment (config training.stack: the block's seeds
+# Training: one job per stack of an experiment (config training.stack: the block's seeds
 # train together, pseudopairs.model.stack_training), or per experiment x seed for a block of one
 # seed and any seed the config does not list; then the evaluation of each model's best checkpoint
 # on the test split. Threads and device are the experiment's own (its `training` settings).
@@ -10,8 +10,8 @@
 # trained in that block), ordered before train and evaluate.
 
 
-for _seeds, _names in blocks.stack_experiments(config, MODELS).items():
-    _block = blocks.block_label(_seeds)
+for _seeds, _names in stacks.stack_experiments(config, MODELS).items():
+    _block = stacks.stack_label(_seeds)
     _rule = _block.replace("-", "_")
 
     rule:

@@ -11,14 +11,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pseudopairs import layout
-from pseudopairs.features.pretraining import PretrainSettings
+from pseudopairs.features.pretraining import FeaturePretrainingSettings
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.world.settings import SceneSettings
 
 
 def pretraining_settings(config: dict) -> dict:
     """The ``feature_pretraining`` section with the step's defaults filled in."""
-    return asdict(PretrainSettings.from_dict(config.get("feature_pretraining", {})))
+    return asdict(FeaturePretrainingSettings.from_dict(config.get("feature_pretraining", {})))
 
 
 def world_scene_settings(config: dict) -> dict:
@@ -133,4 +133,4 @@ def needrun_weights_problem(config: dict, n_jobs: int) -> str | None:
 
 def check(config: dict) -> list[str]:
     return (pretrained_weights_errors(config) + FeatureSettings.config_errors(config.get("features"))
-            + PretrainSettings.config_errors(config.get("feature_pretraining")))
+            + FeaturePretrainingSettings.config_errors(config.get("feature_pretraining")))

@@ -50,7 +50,7 @@ MAX_COUNT = 3  # counts above are one label ("3 or more"), as the captions' nume
 
 
 @dataclass(frozen=True)
-class PretrainSettings(Settings):
+class FeaturePretrainingSettings(Settings):
     """The ``feature_pretraining`` config section (demo world only)."""
 
     SECTION = "feature_pretraining"
@@ -144,7 +144,7 @@ def exact_match_rates(predicted, truth) -> dict[str, float]:
             for family, idx in label_families().items()}
 
 
-def pretrain(*, world: SceneSettings, settings: PretrainSettings, features: FeatureSettings,
+def pretrain(*, world: SceneSettings, settings: FeaturePretrainingSettings, features: FeatureSettings,
              output: str | Path) -> dict:
     """Train ``features.arch`` on rendered scenes; write its state dict without its classifier to
     ``output`` (atomically) and a JSON report beside it (``output`` + ``.json``). Returns the report."""
@@ -209,7 +209,7 @@ def pretrain(*, world: SceneSettings, settings: PretrainSettings, features: Feat
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
     report = pretrain(world=SceneSettings.from_dict(args.world),
-                      settings=PretrainSettings.from_dict(args.settings),
+                      settings=FeaturePretrainingSettings.from_dict(args.settings),
                       features=FeatureSettings.from_dict(args.features), output=args.output)
     print(json.dumps(report["held_out_exact_match"]))
     return 0

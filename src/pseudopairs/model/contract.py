@@ -1,4 +1,4 @@
-"""The training stage's contract: the ``train`` job of an experiment's seed block
+"""The training stage's contract: the ``train`` job of an experiment's stack
 (:func:`training_job`: its settings, each seed's :func:`training_spec`; the files of
 :func:`training_job_inputs`), how its vocabulary
 is made and where each training language is validated, and :func:`check` of the ``model`` and

@@ -1,4 +1,4 @@
-"""The ``train`` job (:mod:`pseudopairs.jobs`): an experiment's models of one seed block (one
+"""The ``train`` job (:mod:`pseudopairs.jobs`): an experiment's models of one stack (one
 seed, or a stack's seeds) trained in one job, each with its own data (its training spec) and
 model directory, all with the experiment's ``training`` and ``model`` settings
 (:class:`RunSettings`). :func:`pseudopairs.model.contract.training_job` resolves it."""

@@ -71,10 +71,10 @@ class TrainingSettings(Settings):
     stack: list = setting([1], kind=list,
                           shape={"type": "array", "items": {"type": "integer", "minimum": 1},
                                  "minItems": 1},
-                          doc="seed blocks trained together in one job: sizes of consecutive blocks "
+                          doc="stacks: the seeds trained together in one job, as sizes of consecutive stacks "
                               "from seed 1, the last size repeating ([3]: seeds 1-3, 4-6, …; [3, 7]: "
                               "1-3, 4-10, 11-17, …; [1]: one job per seed). Adding a seed in a new "
-                              "block retrains nothing else")
+                              "stack retrains nothing else")
     stack_compute: str = setting("auto", kind=str, choices=STACK_COMPUTE,
                                  doc="how a job's models share the device: batched (one stacked "
                                      "model, batched matrix products), separate (one after the "

@@ -1,4 +1,4 @@
-"""The ``train`` step: the seeds of one experiment's seed block trained in one job (a
+"""The ``train`` step: the seeds of one experiment's stack trained in one job (a
 :class:`~pseudopairs.model.job.TrainingJob`; a block of one seed is one model trained alone).
 
 Each model is a run of its own (:class:`pseudopairs.model.training._Run`): its seed, spec (a
@@ -155,7 +155,7 @@ class _StackLoop:
 
 
 def train_stack(*, jobs: Sequence[dict], settings: RunSettings | dict) -> list[dict]:
-    """Train the models of one seed block in one job (see the module docstring). ``jobs``:
+    """Train the models of one stack in one job (see the module docstring). ``jobs``:
     ``[{"seed": int, "spec": training spec, "out_dir": model directory}, ...]``; ``settings``:
     as :func:`pseudopairs.model.training.train`'s. Returns each model's summary, in ``jobs``' order."""
     if not jobs:

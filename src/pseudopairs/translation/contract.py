@@ -12,7 +12,7 @@ from typing import Any
 from pseudopairs import layout
 from pseudopairs.data.contract import dataset, dataset_files, dataset_kind
 from pseudopairs.translation import models as M
-from pseudopairs.translation.settings import QUANTIZATIONS, TrainSettings, TranslateSection
+from pseudopairs.translation.settings import QUANTIZATIONS, TranslationTrainSettings, TranslateSection
 
 #: The key of a translated data set naming its model (``translation.models.NAME``); without it,
 #: the data set is translated by ``translation.model``.
@@ -181,7 +181,7 @@ def check(config: dict) -> list[str]:
             messages.append(f"config key 'translation.model.quantization': {model['quantization']!r} is not "
                             f"one of {list(QUANTIZATIONS)}")
         messages += _model_source_errors(config, model)
-    for settings, values in ((TrainSettings, section["train"]), (TranslateSection, section["translate"])):
+    for settings, values in ((TranslationTrainSettings, section["train"]), (TranslateSection, section["translate"])):
         try:
             settings.from_dict(values)
         except (ValueError, TypeError) as err:

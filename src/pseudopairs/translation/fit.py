@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from pseudopairs.translation.settings import TrainSettings
+from pseudopairs.translation.settings import TranslationTrainSettings
 from pseudopairs.translation.transformer import (PAD_ID, Seq2SeqTransformer, TransformerShape,
                                                  evaluate_nll, inverse_sqrt_lr, length_batches,
                                                  pad_batch)
@@ -62,7 +62,7 @@ def _clone(value):
 
 
 def _update(model, optimizer, batch, train_src, train_tgt, *, rate: float,
-            settings: TrainSettings) -> tuple[float, int]:
+            settings: TranslationTrainSettings) -> tuple[float, int]:
     """One Adam update on ``batch``; returns the summed loss and the number of target tokens."""
     for group in optimizer.param_groups:
         group["lr"] = rate
@@ -83,7 +83,7 @@ def _update(model, optimizer, batch, train_src, train_tgt, *, rate: float,
 
 
 def train_transformer(train_src, train_tgt, *, valid_src, valid_tgt, shape: TransformerShape,
-                      settings: TrainSettings, resume: dict | None = None,
+                      settings: TranslationTrainSettings, resume: dict | None = None,
                       save: Callable[[dict], None] | None = None, progress: bool = True, log=None):
     """Train :class:`Seq2SeqTransformer` on id sequences (no specials; they are added here).
 

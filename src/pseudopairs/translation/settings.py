@@ -58,7 +58,7 @@ def _is_int(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class TrainSettings(Settings):
+class TranslationTrainSettings(Settings):
     """``translation.train``: the demo model trained by ``train-mt`` (defaults: CPU, minutes).
 
     ``checkpoint_every`` does not change the result (a run resumed from a saved state ends with

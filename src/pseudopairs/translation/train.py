@@ -20,7 +20,7 @@ from pathlib import Path
 from pseudopairs import commands
 from pseudopairs.io import atomic_directory, atomic_path
 from pseudopairs.translation.convert import SHARED_TOKENIZER
-from pseudopairs.translation.settings import TrainSettings
+from pseudopairs.translation.settings import TranslationTrainSettings
 from pseudopairs.translation.text import (SentencePieceTokenizer, _library_versions, compute_bleu,
                                           model_vocabulary, read_parallel, sha256_file,
                                           train_sentencepiece)
@@ -44,7 +44,7 @@ def _file_stamp(path: str | os.PathLike) -> list:
     return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
 
 
-def run_key(settings: TrainSettings, inputs: dict[str, str | os.PathLike]) -> dict:
+def run_key(settings: TranslationTrainSettings, inputs: dict[str, str | os.PathLike]) -> dict:
     """What a saved state must have been written for to be resumed: the settings (except
     ``checkpoint_every``, which changes nothing), the size and modification time of every input
     file and the torch version."""
@@ -126,7 +126,7 @@ def _encode_pairs(tokenizer: SentencePieceTokenizer, vocab: list[str], src: list
 
 
 def _corpus(train_src: list[str], train_tgt: list[str], valid_src: list[str], valid_tgt: list[str], *,
-            settings: TrainSettings, sp_bytes: bytes | None) -> _Corpus:
+            settings: TranslationTrainSettings, sp_bytes: bytes | None) -> _Corpus:
     """Train the shared SentencePiece model (or take the saved one), encode, drop empty and
     over-long training pairs."""
     if sp_bytes is None:
@@ -176,7 +176,7 @@ def _write_outputs(output_dir: Path, *, corpus: _Corpus, model, history: list, h
 
 def train_mt(*, source_train: str | os.PathLike, target_train: str | os.PathLike,
              source_valid: str | os.PathLike, target_valid: str | os.PathLike,
-             settings: TrainSettings, output_dir: str | os.PathLike, progress: bool = True) -> dict:
+             settings: TranslationTrainSettings, output_dir: str | os.PathLike, progress: bool = True) -> dict:
     """The ``train-mt`` step. Writes into ``output_dir`` (atomically, replacing it):
 
     - ``model.pt``: the OpenNMT-py-layout checkpoint (:func:`pseudopairs.translation.transformer.opennmt_checkpoint`);
@@ -267,7 +267,7 @@ def _cmd_train_mt(args: argparse.Namespace) -> int:
     values = dict(args.settings)
     if args.threads is not None:
         values["threads"] = args.threads
-    settings = TrainSettings.from_dict(values)
+    settings = TranslationTrainSettings.from_dict(values)
     bleu = train_mt(source_train=args.source_train, target_train=args.target_train,
                     source_valid=args.source_valid, target_valid=args.target_valid,
                     settings=settings, output_dir=args.output_dir, progress=not args.no_progress)

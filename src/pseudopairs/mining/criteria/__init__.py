@@ -6,7 +6,7 @@ benchmark and the docs table (``docs/architecture.md``, config/README.md).
 An entry declares its name, a one-line summary and its definition (shown in the docs), its
 parameters (:class:`Param`: a field of the settings mechanism, :func:`pseudopairs.settings.setting`
 — default, kind, range — which also gives the config schema of a pseudopair set's ``mining``
-section, :class:`MiningSection`), its exact blocked search (on a
+section, :class:`CriterionSection`), its exact blocked search (on a
 :class:`pseudopairs.mining.search.SearchContext`) and its brute-force reference on the full float64
 cosine matrix — the definition the tests check the search against. A new criterion = a module
 that calls :func:`register` + its YAML in config/experiments.yaml + its test.
@@ -144,7 +144,7 @@ def docs_table() -> str:
     return "\n".join(lines)
 
 
-class MiningSection:
+class CriterionSection:
     """A pseudopair set's ``mining`` section for the config schema (``x-settings`` in
     workflow/schemas/config.schema.yaml): ``criterion``, one of the registered criteria, and the
     parameters of every criterion (their kind and range, from their :class:`Param`). Which

@@ -1,13 +1,14 @@
-"""Seed blocks: which seeds of an experiment are trained together in one job (config
-``training.stack``; the ``train`` step, :mod:`pseudopairs.model.stack_training`). The workflow's
+"""Stacks: which seeds of an experiment are trained together in one job (config
+``training.stack``; the ``train`` step, :mod:`pseudopairs.model.stack_training`, trains a stack's
+models one after the other on a CPU and as one batched, *stacked* model on a GPU). The workflow's
 rules (``workflow/rules/train.smk``) are generated from :func:`stack_experiments`, one pair per
-distinct block, the experiment a wildcard; each job is a block's
+distinct stack of seeds, the experiment a wildcard; each job is a stack's
 :func:`~pseudopairs.model.contract.training_job` and
 :func:`~pseudopairs.evaluation.contract.evaluation_job`.
 
-Blocks are fixed by seed numbers — the sizes of consecutive blocks from seed 1, the last size
+Stacks are fixed by seed numbers — the sizes of consecutive stacks from seed 1, the last size
 repeating — and hold the seeds the config's outputs need (:func:`model_seeds`), so adding a seed
-in a new block changes no other block's job.
+in a new stack changes no other stack's job.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def model_seeds(config: dict) -> dict[str, list[int]]:
     return {name: sorted(seeds) for name, seeds in needed.items()}
 
 
-def seed_block(seed: int, sizes: list[int]) -> int:
-    """The index of the seed block holding ``seed`` (``training.stack``: the sizes of consecutive
-    blocks from seed 1, the last size repeating); a seed below 1 is a block of its own (< 0)."""
+def stack_index(seed: int, sizes: list[int]) -> int:
+    """The index of the stack holding ``seed`` (``training.stack``: the sizes of consecutive
+    stacks from seed 1, the last size repeating); a seed below 1 is a stack of its own (< 0)."""
     if seed < 1:
         return seed - 1
     start = 1
@@ -56,35 +57,35 @@ def seed_block(seed: int, sizes: list[int]) -> int:
     return len(sizes) + (seed - start) // sizes[-1]
 
 
-def seed_blocks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
+def experiment_stacks(config: dict, name: str, seeds: list[int]) -> list[list[int]]:
     """Experiment ``name``'s ``seeds`` (those the outputs need: :func:`model_seeds`) grouped into
-    the blocks its models are trained in, one job each, by ``training.stack`` (the experiment's
-    own, else the config's). Block boundaries are fixed by seed numbers, so a seed added in a new
-    block changes no other block's job."""
+    the stacks its models are trained in, one job each, by ``training.stack`` (the experiment's
+    own, else the config's). Stack boundaries are fixed by seed numbers, so a seed added in a new
+    stack changes no other stack's job."""
     sizes = experiment_training(config, name).stack
-    blocks: dict[int, list[int]] = {}
+    grouped: dict[int, list[int]] = {}
     for seed in sorted(seeds):
-        blocks.setdefault(seed_block(seed, sizes), []).append(seed)
-    return list(blocks.values())
+        grouped.setdefault(stack_index(seed, sizes), []).append(seed)
+    return list(grouped.values())
 
 
-def stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
-    """Every (experiment, seeds) block of two or more seeds of ``models`` (:func:`model_seeds`):
-    one stacked ``train`` job each (a block of one seed is trained by rule train)."""
-    return [(name, block) for name, seeds in models.items() if name in config["experiments"]
-            for block in seed_blocks(config, name, seeds) if len(block) > 1]
+def multi_seed_stacks(config: dict, models: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
+    """Every (experiment, seeds) stack of two or more seeds of ``models`` (:func:`model_seeds`):
+    one stack job each (a stack of one seed is trained by rule ``train``)."""
+    return [(name, seeds) for name, needed in models.items() if name in config["experiments"]
+            for seeds in experiment_stacks(config, name, needed) if len(seeds) > 1]
 
 
 def stack_experiments(config: dict, models: dict[str, list[int]]) -> dict[tuple[int, ...], list[str]]:
-    """Each distinct seed block of two or more seeds of ``models`` (:func:`model_seeds`) -> the
-    experiments trained in that block: one pair of rules per block (``train_stack_seeds1_3``,
-    ``evaluate_stack_seeds1_3``), the experiment a wildcard of them."""
+    """Each distinct stack of two or more seeds of ``models`` (:func:`model_seeds`) -> the
+    experiments trained in such a stack: one pair of rules per stack of seeds
+    (``train_stack_seeds1_3``, ``evaluate_stack_seeds1_3``), the experiment their wildcard."""
     out: dict[tuple[int, ...], list[str]] = {}
-    for name, seeds in stacks(config, models):
+    for name, seeds in multi_seed_stacks(config, models):
         out.setdefault(tuple(seeds), []).append(name)
     return out
 
 
-def block_label(seeds: list[int] | tuple[int, ...]) -> str:
-    """A block's name in rule names, logs and group jobs: ``seeds1-3``."""
+def stack_label(seeds: list[int] | tuple[int, ...]) -> str:
+    """A stack's name in rule names, logs and group jobs: ``seeds1-3``."""
     return f"seeds{seeds[0]}-{seeds[-1]}"
