@@ -41,10 +41,10 @@ if clc_contract.directions(config):
         benchmark:
             layout.benchmark("train_mt_clc", "{direction}")
         wildcard_constraints:
-            direction=clc_direction_pattern(trained=True),
+            direction=one_of(clc_contract.trained_directions(config)),
         conda:
             "../../envs/steps.yaml"
-        threads: config["translation"]["train"].get("threads") or 1
+        threads: translation_contract.translation_train_settings(config).threads or 1
         resources:
             **job_resources("train_mt"),
         params:
@@ -65,7 +65,7 @@ if clc_contract.directions(config):
         benchmark:
             layout.benchmark("convert_mt_clc", "{direction}")
         wildcard_constraints:
-            direction=clc_direction_pattern(trained=True),
+            direction=one_of(clc_contract.trained_directions(config)),
         conda:
             "../../envs/steps.yaml"
         resources:
@@ -84,7 +84,7 @@ if clc_contract.directions(config):
             captions=from_wildcards(
                 clc_contract.translate_spec, "direction", "split", key="captions"
             ),
-            truecase=clc_truecase_inputs,
+            truecase=from_wildcards(clc_contract.target_text_inputs, "direction"),
         output:
             captions=layout.clc_translations("{direction}", "{split}"),
             sidecar=layout.clc_translations_sidecar("{direction}", "{split}"),
@@ -93,14 +93,14 @@ if clc_contract.directions(config):
         benchmark:
             layout.benchmark("translate_clc", "{direction}.{split}")
         wildcard_constraints:
-            direction=clc_direction_pattern(trained=False),
+            direction=one_of(list(clc_contract.directions(config))),
             split="val|test",
         conda:
             "../../envs/translation.yaml"
-        threads: config["translation"]["translate"].get("threads", 1)
+        threads: translation_contract.translate_section(config).threads
         resources:
             **job_resources(
-                "translate", gpu=config["translation"]["translate"].get("device") != "cpu"
+                "translate", gpu=translation_contract.translate_section(config).device != "cpu"
             ),
         params:
             settings=as_json(translation_contract.translate_settings(config)),
@@ -112,7 +112,7 @@ if clc_contract.directions(config):
             ),
             dataset=from_wildcards(clc_contract.translate_spec, "direction", "split", key="dataset"),
             case=config["text"]["case"],
-            truecase=clc_truecase_args,
+            truecase=from_wildcards(clc_contract.target_text_args, "direction"),
         shell:
             "python -m pseudopairs translate-captions --model {input.model:q} "
             "--captions {input.captions:q} --source-lang {params.source_lang:q} "
@@ -152,7 +152,7 @@ if clc_contract.directions(config):
             captions=from_wildcards(
                 clc_contract.augment_translate_spec, "dataset", "source", key="captions"
             ),
-            truecase=lambda w: truecaser_of(data_contract.dataset(config, w.dataset)["lang"]),
+            truecase=from_wildcards(translation_contract.target_text_inputs, "dataset"),
         output:
             captions=layout.augment_translation("{dataset}", "{source}"),
             sidecar=layout.augment_translation_sidecar("{dataset}", "{source}"),
@@ -165,10 +165,10 @@ if clc_contract.directions(config):
             source=one_of(sorted({s for _, s in augment_contract.translations(config)})),
         conda:
             "../../envs/translation.yaml"
-        threads: config["translation"]["translate"].get("threads", 1)
+        threads: translation_contract.translate_section(config).threads
         resources:
             **job_resources(
-                "translate", gpu=config["translation"]["translate"].get("device") != "cpu"
+                "translate", gpu=translation_contract.translate_section(config).device != "cpu"
             ),
         params:
             settings=as_json(translation_contract.translate_settings(config)),
@@ -182,9 +182,7 @@ if clc_contract.directions(config):
                 clc_contract.augment_translate_spec, "dataset", "source", key="dataset"
             ),
             case=config["text"]["case"],
-            truecase=lambda w, input: truecaser_args(
-                data_contract.dataset(config, w.dataset)["lang"]
-            ),
+            truecase=from_wildcards(translation_contract.target_text_args, "dataset"),
         shell:
             "python -m pseudopairs translate-captions --model {input.model:q} "
             "--captions {input.captions:q} --source-lang {params.source_lang:q} "

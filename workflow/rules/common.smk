@@ -2,28 +2,25 @@
 # rule's inputs and spec come from its stage's contract (pseudopairs.<stage>.contract), bridged
 # from the job's wildcards by from_wildcards.
 import json
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-from pseudopairs import cluster, layout
+from pseudopairs import cluster, environment, layout
 from pseudopairs import rounds as chains_of_rounds
 from pseudopairs import stacks
 from pseudopairs.data import contract as data_contract
 from pseudopairs.data import text_contract
 from pseudopairs.evaluation import contract as evaluation_contract
+from pseudopairs.evaluation.job import EvaluationJob
 from pseudopairs.features import contract as features_contract
 from pseudopairs.mining import contract as mining_contract
 from pseudopairs.mining.job import MiningJob
-from pseudopairs.evaluation.job import EvaluationJob
 from pseudopairs.model import contract as model_contract
+from pseudopairs.model import smalr_contract
 from pseudopairs.report import contract as report_contract
 from pseudopairs.report import pages
 from pseudopairs.report import targets as report_targets
 from pseudopairs.smalr import clc_contract
-from pseudopairs.model import smalr_contract
 from pseudopairs.translation import contract as translation_contract
 
 WORLD = config["data"]["source"] == "world"
@@ -83,92 +80,6 @@ job_resources, stack_resources = cluster.rule_resources(config)
 def one_of(names):
     """A wildcard constraint matching exactly ``names`` (none: a pattern that matches nothing)."""
     return "|".join(re.escape(name) for name in names) if names else "$^"
-
-
-# ----------------------------------------------------------------------------------------------
-# Input functions and params of the steps. All inputs are computed here, and each step reads
-# exactly the files it is given (the spec a param holds lists the same files the input function
-# gives Snakemake).
-
-
-def selection_dataset_pattern():
-    names = data_contract.selection_datasets(config)
-    return one_of(names)
-
-
-# Text preparation (pseudopairs.data.text_contract: languages, tokenizers, truecasers)
-
-
-def truecase_inputs(wildcards):
-    """prepare_captions' model files: truecasers and trained tokenizers of every language."""
-    return text_contract.prepare_inputs(config)
-
-
-def truecase_args(wildcards, input):
-    """prepare-captions' options naming them, as a list (each item quoted in the shell)."""
-    return text_contract.prepare_args(config)
-
-
-def text_preparation_key(wildcards):
-    """The case, plus each tokenizer other than Moses (a param: a change reruns the jobs)."""
-    return text_contract.preparation_key(config)
-
-
-def sentencepiece_lang_pattern():
-    return one_of(text_contract.sentencepiece_langs(config))
-
-
-# ----------------------------------------------------------------------------------------------
-# Translation
-
-# (logic: pseudopairs.translation.contract: the default model translation.model and the named
-# ones of translation.models; the rules call it directly)
-
-
-def translated_dataset_pattern():
-    return one_of(translation_contract.translation_datasets(config))
-
-
-def named_model_pattern(*, downloaded=False):
-    """The names of translation.models (those fetched from a url: ``downloaded``)."""
-    if downloaded:
-        return one_of(translation_contract.downloaded_models(config))
-    return one_of(translation_contract.named_models(config))
-
-
-def truecaser_of(lang):
-    """The model files of ``lang``'s text preparation (a translation job's input)."""
-    return text_contract.model_inputs(config, lang)
-
-
-def truecaser_args(lang):
-    """``translate-captions``' options naming them (and a tokenizer other than Moses)."""
-    return text_contract.model_args(config, lang)
-
-
-def translation_truecase_inputs(wildcards):
-    return truecaser_of(data_contract.dataset(config, wildcards.dataset)["lang"])
-
-
-def translation_truecase_args(wildcards, input):
-    return truecaser_args(data_contract.dataset(config, wildcards.dataset)["lang"])
-
-
-def clc_direction_pattern(*, trained):
-    """The CLC translation directions (paper 002 §3.4): those trained here (``trained``) or all."""
-    return one_of(
-        clc_contract.trained_directions(config)
-        if trained
-        else list(clc_contract.directions(config))
-    )
-
-
-def clc_truecase_inputs(wildcards):
-    return truecaser_of(clc_contract.direction(config, wildcards.direction)[1])
-
-
-def clc_truecase_args(wildcards, input):
-    return truecaser_args(clc_contract.direction(config, wildcards.direction)[1])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,60 +190,15 @@ refresh_image_manifests()
 
 
 # ----------------------------------------------------------------------------------------------
-# Software
-
-
-JOB_MODULES = (
-    "torch",
-    "torchvision",
-    "pandas",
-    "pyarrow",
-    "sacremoses",
-    "ctranslate2",
-    "matplotlib",
-)
-
-
-def check_feature_weights():
-    """Before any features job is submitted: its weights file exists (the torch hub cache is read,
-    never downloaded: GPU nodes are often offline), else one line naming it
-    (pseudopairs.features.contract.needrun_weights_problem)."""
-    if workflow.dag is None:
-        return
-    jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
-    problem = features_contract.needrun_weights_problem(config, len(jobs))
-    if problem:
-        raise WorkflowError(problem)
+# At the start of a run (onstart): before any job is submitted
 
 
 def check_job_environment():
-    """Jobs run ``python -m pseudopairs``. Unless each rule gets its own conda environment
-    (--sdm conda) or runs in the workflow's container (--sdm apptainer), the ``python`` on PATH
-    must have the workflow's packages: say so at the start instead of failing every job. The
-    features' ImageNet weights are checked first (check_feature_weights)."""
-    check_feature_weights()
-    if any(
-        getattr(m, "name", str(m)).lower() in ("conda", "apptainer")
-        for m in workflow.deployment_settings.deployment_method
-    ):
-        return
-    python = shutil.which("python")
-    probe = (
-        "import importlib.util, sys; "
-        f"missing = [m for m in {JOB_MODULES!r} if importlib.util.find_spec(m) is None]; "
-        "print(' '.join(missing)); sys.exit(1 if missing else 0)"
-    )
-    result = (
-        subprocess.run([python or "python", "-c", probe], capture_output=True, text=True)
-        if python
-        else None
-    )
-    if result is None or result.returncode != 0:
-        missing = result.stdout.strip() if result is not None else "python itself"
-        raise WorkflowError(
-            f"the jobs' python ({python or 'not on PATH'}) lacks {missing}. Activate the workflow's "
-            "environment before running snakemake (`. .venv/bin/activate` after the install in "
-            "README.md, or `conda activate pseudopairs`), or let Snakemake build one per rule "
-            "with --sdm conda, or run every job in the workflow's container with --sdm apptainer "
-            "(profiles/README.md)."
-        )
+    """The features jobs' weights exist (the torch hub cache is read, never downloaded: GPU nodes
+    are often offline; pseudopairs.features.contract), and the jobs' python has the workflow's
+    packages (pseudopairs.environment): one line each instead of every job failing."""
+    features = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
+    problem = features_contract.needrun_weights_problem(config, len(features))
+    problem = problem or environment.python_problem(workflow.deployment_settings.deployment_method)
+    if problem:
+        raise WorkflowError(problem)

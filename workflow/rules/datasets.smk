@@ -18,7 +18,7 @@ rule select_captions:
     benchmark:
         layout.benchmark("select_captions", "{dataset}")
     wildcard_constraints:
-        dataset=selection_dataset_pattern(),
+        dataset=one_of(data_contract.selection_datasets(config)),
     conda:
         "../../envs/steps.yaml"
     resources:

@@ -7,7 +7,7 @@
 rule prepare_captions:
     input:
         raw=layout.raw_captions("{corpus}", "{split}"),
-        truecase=truecase_inputs,
+        truecase=text_contract.prepare_inputs(config),
     output:
         layout.captions("{corpus}", "{split}"),
     log:
@@ -21,8 +21,8 @@ rule prepare_captions:
     params:
         case=config["text"]["case"],
         # the case plus each tokenizer other than Moses; the case alone without those
-        text=text_preparation_key,
-        truecase=truecase_args,
+        text=text_contract.preparation_key(config),
+        truecase=text_contract.prepare_args(config),
     shell:
         "python -m pseudopairs prepare-captions --input {input.raw:q} --output {output:q} "
         "--case {params.case:q} {params.truecase:q} > {log:q} 2>&1"
@@ -58,7 +58,7 @@ rule train_sentencepiece:
     benchmark:
         layout.benchmark("train_sentencepiece", "{lang}")
     wildcard_constraints:
-        lang=sentencepiece_lang_pattern(),
+        lang=one_of(text_contract.sentencepiece_langs(config)),
     conda:
         "../../envs/steps.yaml"
     resources:

@@ -21,7 +21,7 @@ if TRANSLATION_MODEL is not None and not translation_contract.default_model_down
             layout.benchmark("train_mt", "model")
         conda:
             "../../envs/steps.yaml"
-        threads: config["translation"]["train"].get("threads") or 1
+        threads: translation_contract.translation_train_settings(config).threads or 1
         resources:
             **job_resources("train_mt"),
         params:
@@ -115,7 +115,7 @@ rule download_translation_named:
     benchmark:
         layout.benchmark("download_translation_named", "{name}{suffix}")
     wildcard_constraints:
-        name=named_model_pattern(downloaded=True),
+        name=one_of(translation_contract.downloaded_models(config)),
         suffix=r"\.zip|\.tar\.gz|\.tgz|\.tar",
     conda:
         "../../envs/steps.yaml"
@@ -140,7 +140,7 @@ rule extract_translation_named:
     benchmark:
         layout.benchmark("extract_translation_named", "{name}")
     wildcard_constraints:
-        name=named_model_pattern(downloaded=True),
+        name=one_of(translation_contract.downloaded_models(config)),
     conda:
         "../../envs/steps.yaml"
     resources:
@@ -159,7 +159,7 @@ rule convert_mt_named:
     benchmark:
         layout.benchmark("convert_mt_named", "{name}")
     wildcard_constraints:
-        name=named_model_pattern(),
+        name=one_of(translation_contract.named_models(config)),
     conda:
         # CTranslate2's converters with torch, transformers (Hugging Face models) and PyYAML
         "../../envs/steps.yaml"
@@ -175,7 +175,7 @@ rule translate:
     input:
         model=from_wildcards(translation_contract.dataset_model_dir, "dataset"),
         captions=from_wildcards(translation_contract.translation_source, "dataset", key="captions"),
-        truecase=translation_truecase_inputs,
+        truecase=from_wildcards(translation_contract.target_text_inputs, "dataset"),
     output:
         captions=layout.translated_captions("{dataset}"),
         sidecar=layout.translated_captions_sidecar("{dataset}"),
@@ -184,19 +184,21 @@ rule translate:
     benchmark:
         layout.benchmark("translate", "{dataset}")
     wildcard_constraints:
-        dataset=translated_dataset_pattern(),
+        dataset=one_of(translation_contract.translation_datasets(config)),
     conda:
         # CTranslate2 + SentencePiece + sacremoses, no torch; CUDA 12 cuBLAS for the GPU
         "../../envs/translation.yaml"
-    threads: config["translation"]["translate"].get("threads", 1)
+    threads: translation_contract.translate_section(config).threads
     resources:
-        **job_resources("translate", gpu=config["translation"]["translate"].get("device") != "cpu"),
+        **job_resources(
+            "translate", gpu=translation_contract.translate_section(config).device != "cpu"
+        ),
     params:
         settings=as_json(translation_contract.translate_settings(config)),
         source_lang=from_wildcards(translation_contract.translation_source, "dataset", key="lang"),
         target_lang=from_wildcards(data_contract.dataset, "dataset", key="lang"),
         case=config["text"]["case"],
-        truecase=translation_truecase_args,
+        truecase=from_wildcards(translation_contract.target_text_args, "dataset"),
     shell:
         "python -m pseudopairs translate-captions --model {input.model:q} "
         "--captions {input.captions:q} --source-lang {params.source_lang:q} "

@@ -18,6 +18,7 @@ from typing import Any
 
 from pseudopairs import layout
 from pseudopairs.data.contract import feature_format
+from pseudopairs.data.text_contract import model_args, model_inputs
 from pseudopairs.experiments import seeds_by_experiment, table_test_corpus
 from pseudopairs.smalr import augment_contract
 from pseudopairs.smalr.settings import CLC_AGGREGATES, CLCSettings
@@ -67,6 +68,17 @@ def direction(config: dict, name: str) -> tuple[str, str]:
     except KeyError:
         raise ValueError(f"{name!r} is not a CLC translation direction "
                          f"(they are {sorted(directions(config))})") from None
+
+
+def target_text_inputs(config: dict, name: str) -> list[str]:
+    """The model files of the text preparation of CLC direction ``name``'s target language (its
+    truecaser, a trained tokenizer): the translate_clc job's inputs."""
+    return model_inputs(config, direction(config, name)[1])
+
+
+def target_text_args(config: dict, name: str) -> list[str]:
+    """translate-captions' options naming :func:`target_text_inputs`, as a list."""
+    return model_args(config, direction(config, name)[1])
 
 
 def reuses_translation_model(config: dict, name: str) -> bool:

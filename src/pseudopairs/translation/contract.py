@@ -11,6 +11,7 @@ from typing import Any
 
 from pseudopairs import layout
 from pseudopairs.data.contract import dataset, dataset_files, dataset_kind
+from pseudopairs.data.text_contract import model_args, model_inputs
 from pseudopairs.translation import models as M
 from pseudopairs.translation.settings import QUANTIZATIONS, TranslationTrainSettings, TranslateSection
 
@@ -28,6 +29,27 @@ def translation_source(config: dict, name: str) -> dict[str, str]:
     if dataset_kind(config, name) != "translation":
         raise ValueError(f"data set {name!r} is not a translated data set")
     return dataset_files(config, dataset(config, name)["translation"])
+
+
+def translate_section(config: dict) -> TranslateSection:
+    """The ``translation.translate`` section, typed: the translate jobs' threads and device."""
+    return TranslateSection.from_dict(config["translation"]["translate"])
+
+
+def translation_train_settings(config: dict) -> TranslationTrainSettings:
+    """The ``translation.train`` section, typed (the train_mt jobs' threads)."""
+    return TranslationTrainSettings.from_dict(config["translation"]["train"])
+
+
+def target_text_inputs(config: dict, name: str) -> list[str]:
+    """The model files of the text preparation of translated data set ``name``'s language
+    (its truecaser, a trained tokenizer): the translate job's inputs."""
+    return model_inputs(config, dataset(config, name)["lang"])
+
+
+def target_text_args(config: dict, name: str) -> list[str]:
+    """translate-captions' options naming :func:`target_text_inputs`, as a list."""
+    return model_args(config, dataset(config, name)["lang"])
 
 
 def translate_settings(config: dict) -> dict[str, Any]:
