@@ -153,10 +153,13 @@ def text_corpora(config: dict) -> list[str]:
 
 
 def check(config: dict) -> list[str]:
-    """The ``datasets`` section: each data set is one kind; a selection's ``select``, a pseudopair
+    """The ``corpora`` section (:func:`pseudopairs.data.corpora.check`) and the ``datasets``
+    section: each data set is one kind; a selection's ``select``, a pseudopair
     data set's set, corpus and language, a translation's source agree with what they name."""
+    from pseudopairs.data.corpora import check as corpora_errors
+
     datasets, pseudopairs = config.get("datasets", {}), config.get("pseudopairs", {})
-    messages = []
+    messages = corpora_errors(config)
     for name, ds in datasets.items():
         where = f"config key 'datasets.{name}"
         if sum(key in ds for key in ("pseudopairs", "translation", "select")) > 1:
