@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -159,6 +160,42 @@ def test_an_unrelated_file_in_the_flickr_folder_reruns_nothing_and_a_changed_ima
     assert result.returncode == 0, result.stderr[-3000:]
     assert _rules(result) == {"features"}, result.stdout[-3000:]
     assert manifest.stat().st_mtime_ns > before
+
+
+def test_the_flickr_folder_through_another_path_reruns_nothing(tmp_path):
+    """paper_data.flickr30k_images pointed at the same files through a symlink, or at a copy
+    made without the files' times: the manifest (names relative to the folder, content digests)
+    keeps its text, read_multi30k_task2 has no folder parameter, nothing is planned."""
+    site, folder = _done_up_to_features(tmp_path)
+    work = tmp_path / "work"
+    manifest = work / layout.image_manifest("m30k", "test")
+    before = manifest.stat().st_mtime_ns
+    link = tmp_path / "scratch-link"
+    link.symlink_to(folder)
+    copy = tmp_path / "scratch-copy"
+    shutil.copytree(folder, copy, copy_function=shutil.copyfile)
+    for moved in (link, copy):
+        other = tmp_path / f"site-{moved.name}.yaml"
+        other.write_text(f"paper_data: {{flickr30k_images: {moved}}}\n")
+        result = _planned(work, other)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+    assert manifest.stat().st_mtime_ns == before
+
+
+def test_a_split_with_missing_images_stops_the_dry_run_naming_the_count_and_the_first(tmp_path):
+    """999 of 1,000 missing in the cluster's second week: here 2 of 3. The dry run already
+    stops, naming the config key, the split, the count and the first files; no job ran."""
+    site, folder = _done_up_to_features(tmp_path)
+    work = tmp_path / "work"
+    for name in ("0.jpg", "2.jpg"):
+        (folder / name).unlink()
+    result = _planned(work, site)
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert (f"config key 'paper_data.flickr30k_images': split test of corpus 'm30k': 2 of 3 files are "
+            f"missing from {folder} (first: 0.jpg, 2.jpg)") in text, text[-3000:]
+    assert not (work / layout.log("features", "m30k.test")).exists()
 
 
 def test_missing_imagenet_weights_stop_the_run_before_any_job_naming_torch_home(tmp_path):

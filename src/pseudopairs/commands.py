@@ -32,6 +32,7 @@ COMMANDS: dict[str, Command] = {
     "corpus-source": Command("data", "pseudopairs.data.manifest", "a corpus' metadata file or shards, keyed by content (JSON)"),
     "image-manifest": Command("data", "pseudopairs.data.manifest", "the image files a split needs, keyed by content (JSON)"),
     "export-world-corpus": Command("data", "pseudopairs.world.export", "the demo world as an imagefolder or webdataset corpus"),
+    "export-world-parallel": Command("data", "pseudopairs.world.export", "the demo world's parallel text in some of its languages"),
     "select-captions": Command("data", "pseudopairs.data.select", "a data set's subset of images / captions per image"),
     "prepare-text": Command("data", "pseudopairs.data.text", "Moses-prepare a text file"),
     "prepare-captions": Command("data", "pseudopairs.data.text", "Moses-prepare a caption table"),

@@ -73,6 +73,29 @@ if WORLD:
             "python -m pseudopairs export-world-corpus --format {wildcards.format:q} --captions {input.captions:q} "
             "--images {input.images:q} --output {output:q} > {log:q} 2>&1"
 
+    rule export_world_parallel:
+        output:
+            [
+                f"{layout.exported_corpus('parallel')}/{split}.{lang}"
+                for split in config["world"].get("parallel", {})
+                for lang in corpora.WORLD_EXPORT_PARALLEL
+            ],
+        log:
+            layout.log("export_world_corpus", "parallel"),
+        benchmark:
+            layout.benchmark("export_world_corpus", "parallel")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("export_world_corpus"),
+        params:
+            world=as_json(config["world"]),
+            langs=list(corpora.WORLD_EXPORT_PARALLEL),
+            folder=layout.exported_corpus("parallel"),
+        shell:
+            "python -m pseudopairs export-world-parallel --world {params.world:q} --langs {params.langs:q} "
+            "--output {params.folder:q} > {log:q} 2>&1"
+
 
 if PAPER_SOURCE:
 

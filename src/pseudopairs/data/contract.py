@@ -54,8 +54,19 @@ def image_corpus(ds: dict) -> str:
 
 
 def corpus_langs(config: dict, corpus: str) -> set[str]:
-    """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them)."""
-    return {ds["lang"] for ds in config["datasets"].values() if ds["corpus"] == corpus}
+    """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them; a
+    pseudopair or translated data set of its images does not)."""
+    return {ds["lang"] for name, ds in config["datasets"].items()
+            if ds["corpus"] == corpus and dataset_kind(config, name) in ("corpus", "selection")}
+
+
+def corpus_images(config: dict, corpus: str) -> str:
+    """The corpus whose images corpus ``corpus``' captions describe (its data sets' ``images``,
+    default itself: Multi30K's translation portion describes the comparable portion's images)."""
+    for ds in config["datasets"].values():
+        if ds["corpus"] == corpus and "images" in ds:
+            return ds["images"]
+    return corpus
 
 
 def known_caption_count(config: dict, name: str, split: str = "train") -> int | None:
@@ -142,6 +153,7 @@ def corpora_with_images(config: dict) -> list[str]:
     """Corpora whose images need features: those of the data sets plus the evaluation corpus."""
     corpora = {image_corpus(ds) for ds in config["datasets"].values()}
     corpora.add(config["evaluation"]["corpus"])
+    corpora |= {corpus_images(config, c) for c in config["evaluation"].get("lang_corpora", {}).values()}
     return sorted(corpora)
 
 
@@ -149,7 +161,9 @@ def text_corpora(config: dict) -> list[str]:
     """Corpora whose caption tables get prepared: those of the data sets, the image corpora and
     the translation corpus."""
     corpora = {ds["corpus"] for ds in config["datasets"].values()} | set(corpora_with_images(config))
-    return sorted(corpora | {config["evaluation"]["translation_corpus"]})
+    evaluation = config["evaluation"]
+    corpora |= set(evaluation.get("lang_corpora", {}).values())
+    return sorted(corpora | ({evaluation["translation_corpus"]} if evaluation.get("translation_corpus") else set()))
 
 
 def check(config: dict) -> list[str]:

@@ -46,6 +46,9 @@ WORLD_EXPORTS = {
     "imagefolder": {"captions": "coco", "images": "coco", "lang": "en"},      # the large English set
     "webdataset": {"captions": "m30k_task1", "images": "m30k", "lang": "fr"},  # a small French set
 }
+#: ... and its parallel text in the languages of the two (rule export_world_parallel): a user's
+#: own parallel text for a translation model of their own
+WORLD_EXPORT_PARALLEL = ("en", "fr")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 METADATA_NAMES = ("metadata.csv", "metadata.jsonl", "metadata.parquet")
 
@@ -156,10 +159,10 @@ class CorpusKind:
 
 CORPUS_KINDS: Registry[CorpusKind] = Registry("corpus kind")
 for _kind in (
-    CorpusKind("imagefolder", "a folder of images + metadata.csv|jsonl|parquet (file_name, caption), "
+    CorpusKind("imagefolder", "a folder of images + metadata.csv, .jsonl or .parquet (file_name, caption), "
                "one row per caption (Hugging Face ImageFolder)", ImageFolderCorpus, "read_corpus",
                external=True),
-    CorpusKind("webdataset", "tar shards of {key}.jpg|png|webp, {key}.txt, {key}.json (img2dataset)",
+    CorpusKind("webdataset", "tar shards of {key}.jpg/.png/.webp, {key}.txt, {key}.json (img2dataset's WebDataset)",
                WebDatasetCorpus, "read_corpus", external=True),
     CorpusKind("world", "a corpus of the generated demo world (m30k, m30k_task1, coco)",
                BuiltinCorpus, "world", source="world"),
@@ -225,6 +228,12 @@ def corpus_settings(config: dict, name: str) -> Settings:
         return kind.settings.from_dict(entry)
     except SettingsError as err:
         raise SettingsError(re.sub(r"\bcorpora(?=[.:])", f"corpora.{name}", str(err))) from None
+
+
+def has_images(config: dict, name: str) -> bool:
+    """Whether corpus ``name`` has images of its own (a world corpus: as the world makes it)."""
+    kind = corpus_kind(config, name)
+    return kind.has_images and (kind.name != "world" or WORLD_CORPORA.get(name, False))
 
 
 def corpora_of(config: dict, *, rule: str | None = None, external: bool | None = None) -> list[str]:
@@ -329,6 +338,13 @@ def check(config: dict) -> list[str]:
     messages = []
     corpora = config.get("corpora") or {}
     source = (config.get("data") or {}).get("source")
+    named = [(f"datasets.{ds}.{key}", spec[key]) for ds, spec in (config.get("datasets") or {}).items()
+             for key in ("corpus", "images") if key in spec]
+    evaluation = config.get("evaluation") or {}
+    named += [(f"evaluation.{key}", evaluation[key]) for key in ("corpus", "translation_corpus")
+              if evaluation.get(key)]
+    named += [(f"evaluation.lang_corpora.{lang}", name) for lang, name in (evaluation.get("lang_corpora") or {}).items()]
+    used = {name for _, name in named}
     for name, entry in corpora.items():
         kind = CORPUS_KINDS.get(entry["kind"]) if entry.get("kind") in CORPUS_KINDS else None
         if kind is None:
@@ -338,22 +354,19 @@ def check(config: dict) -> list[str]:
         except SettingsError as err:
             key, _, why = str(err).partition(": ")
             messages.append(f"config key '{key}': {why}")
-        if kind.source is not None and source != kind.source:
+        # a corpus nothing names is read by nothing (config/config.yaml's world corpora under a
+        # configuration of your own data)
+        if kind.source is not None and source != kind.source and name in used:
             messages.append(f"config key 'corpora.{name}.kind': a {kind.name} corpus needs data.source "
                             f"{kind.source}, not {source!r}")
         if kind.name == "world" and name not in WORLD_CORPORA:
             messages.append(f"config key 'corpora.{name}': the demo world makes the corpora "
                             f"{', '.join(WORLD_CORPORA)}, not {name!r}")
-    named = [(f"datasets.{ds}.{key}", spec[key]) for ds, spec in (config.get("datasets") or {}).items()
-             for key in ("corpus", "images") if key in spec]
-    evaluation = config.get("evaluation") or {}
-    named += [(f"evaluation.{key}", evaluation[key]) for key in ("corpus", "translation_corpus")
-              if evaluation.get(key)]
     for key, name in named:
         if name not in corpora:
             messages.append(f"config key '{key}': corpus {name!r} is not declared under corpora "
                             f"(declared: {', '.join(sorted(corpora)) or 'none'})")
-        elif key.endswith(".images") and not CORPUS_KINDS.get(corpora[name]["kind"]).has_images:
+        elif key.endswith(".images") and corpora[name].get("kind") in CORPUS_KINDS and not has_images(config, name):
             messages.append(f"config key '{key}': corpus {name!r} has no images of its own")
     return messages
 
@@ -501,3 +514,25 @@ def refresh_manifests(config: dict) -> list[str]:
             if refresh_manifest(layout.images(name, split), manifest, root):
                 rewritten.append(manifest)
     return rewritten
+
+
+def docs_table() -> str:
+    """The corpus kinds as a Markdown table (kind, keys besides ``kind``, what it reads, the rule)."""
+    from dataclasses import fields
+
+    lines = ["| kind | keys (default) | what | rule |", "|---|---|---|---|"]
+    for name in CORPUS_KINDS.names():
+        kind = CORPUS_KINDS.get(name)
+        keys = []
+        defaults = kind.settings.defaults()
+        for f in sorted(fields(kind.settings), key=lambda f: f.name in defaults):
+            default = defaults.get(f.name, "required")
+            keys.append(f"`{f.name}`" + ("" if default is None else f" = {json_text(default)}"))
+        lines.append(f"| `{name}` | {', '.join(keys) or '—'} | {kind.summary} | `{kind.rule}` |")
+    return "\n".join(lines)
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return value if value == "required" else json.dumps(value)

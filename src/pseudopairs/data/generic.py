@@ -275,8 +275,8 @@ def collect_webdataset(settings: WebDatasetCorpus, root: Path, shards: Sequence[
                 raise CorpusError(f"{where} has no image ({key}.jpg, .png or .webp)")
             if "txt" not in sample:
                 raise CorpusError(f"{where} has no caption ({key}.txt)")
-            caption = sample["txt"].strip()
-            if not caption:
+            caption = sample["txt"].rstrip("\r\n")
+            if not caption.strip():
                 raise CorpusError(f"{where}: {key}.txt is empty")
             meta: dict[str, Any] = {}
             if "json" in sample:
@@ -382,7 +382,8 @@ def read_corpus(corpus: str, declaration: dict[str, Any], root: str | os.PathLik
         source, column = str(root / names[0]), settings.split_column
     else:
         found = collect_webdataset(settings, root, names)
-        source, column = f"the samples' {{key}}.json", settings.split_field
+        shown = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
+        source, column = f"{shown} ({{key}}.json)", settings.split_field
     splits = assign_splits(found, settings, corpus=corpus, source=source, column=column)
     return corpus_tables(found, splits, corpus=corpus)
 

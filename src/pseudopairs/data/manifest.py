@@ -193,11 +193,11 @@ def _cli_image_manifest(args) -> None:
 
 
 def _cli_corpus_source(args) -> None:
-    from pseudopairs.data.corpora import source_files
+    from pseudopairs.data.corpora import image_root, source_files
 
     config = {"corpora": {args.corpus: args.declaration}}
     names = source_files(config, args.corpus)
-    manifest, stamps = file_manifest(names, args.root, previous=args.output)
+    manifest, stamps = file_manifest(names, image_root(config, args.corpus), previous=args.output)
     changed = "written" if write_manifest(args.output, manifest, stamps) else "unchanged"
     print(f"{args.output} ({changed}): {manifest['n_files']} source files")
 
@@ -210,5 +210,4 @@ def register_cli(subparsers) -> None:
     options = commands.add_command(subparsers, "corpus-source", _cli_corpus_source)
     options.add_argument("--corpus", required=True, help="the corpus' name")
     commands.add_json(options, "--declaration", "the corpus' entry of the config's corpora section")
-    options.add_argument("--root", required=True, help="its folder (image root)")
     options.add_argument("--output", required=True, help="manifest (JSON), rewritten only when it changes")

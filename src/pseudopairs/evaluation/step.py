@@ -77,29 +77,40 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
     if spec.get("portion_langs"):
         tables[portion] = read_captions(portion)
 
-    def retrieval_on(source: str, langs) -> dict:
+    def retrieval_on(source: str, langs, images=(image_ids, image_embeddings, spec["features"])) -> dict:
+        ids, embeddings, features_path = images
         out = {}
         for lang in langs:
-            texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
-                                        features=spec["features"])
+            texts, index = caption_rows(tables[source], ids, lang=lang, source=source,
+                                        features=features_path)
             caption_embeddings = encode_captions_texts(model, vocab, texts, lang=lang, batch_size=256)
-            out[lang] = retrieval_metrics(image_embeddings=image_embeddings,
+            out[lang] = retrieval_metrics(image_embeddings=embeddings,
                                           caption_embeddings=caption_embeddings,
                                           caption_image_index=index, similarity=model.similarity)
             log.info("%s (%s): %s", lang, source, out[lang])
         return out
 
-    retrieval = retrieval_on(spec["captions"], spec["langs"])
+    # a language of your own data may be tested on its own corpus' test split and images
+    lang_tests = spec.get("lang_tests", {})
+    retrieval = retrieval_on(spec["captions"], [lang for lang in spec["langs"] if lang not in lang_tests])
+    for lang, test in lang_tests.items():
+        tables[test["captions"]] = read_captions(test["captions"])
+        ids, lang_features = load_features(test["features"])
+        retrieval.update(retrieval_on(test["captions"], [lang], (ids, encode_image_features(model, lang_features),
+                                                                   test["features"])))
+    retrieval = {lang: retrieval[lang] for lang in spec["langs"]}
     portion_retrieval = retrieval_on(portion, spec.get("portion_langs", []))
-    a, b = spec["translation_langs"]
-    texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
-                                      target_lang=b, source=spec["translation_captions"])
-    emb_a = encode_captions_texts(model, vocab, texts_a, lang=a, batch_size=256)
-    emb_b = encode_captions_texts(model, vocab, texts_b, lang=b, batch_size=256)
-    translation = {
-        f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
-        f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
-    }
+    translation = {}
+    if spec.get("translation_langs"):
+        a, b = spec["translation_langs"]
+        texts_a, texts_b = parallel_texts(read_captions(spec["translation_captions"]), source_lang=a,
+                                          target_lang=b, source=spec["translation_captions"])
+        emb_a = encode_captions_texts(model, vocab, texts_a, lang=a, batch_size=256)
+        emb_b = encode_captions_texts(model, vocab, texts_b, lang=b, batch_size=256)
+        translation = {
+            f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
+            f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
+        }
     result = {
         "retrieval": retrieval,
         "translation": translation,

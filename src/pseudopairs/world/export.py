@@ -98,6 +98,30 @@ def export_webdataset(captions: list[str], images: list[str], *, lang: str, outp
     return {"images": len(samples), "captions": len(samples), "shards": -(-len(samples) // shard_size)}
 
 
+def export_parallel(world: dict[str, Any], langs: tuple[str, ...], output: str | Path) -> dict[str, int]:
+    """The world's parallel sentences (``world.parallel`` per split) in ``langs``, one file per
+    split and language (``{split}.{lang}``, line k of each the same sentence): the parallel
+    text a user brings to train a translation model of their own."""
+    from pseudopairs.io import write_text_atomic
+    from pseudopairs.world.generate import parallel_sentences
+    from pseudopairs.world.settings import WorldSettings
+
+    settings = WorldSettings.from_dict(world)
+    counts = {}
+    for split, n in settings.parallel.items():
+        sentences = parallel_sentences(settings, split, n, langs)
+        for lang in langs:
+            write_text_atomic(Path(output) / f"{split}.{lang}", "".join(s[lang] + "\n" for s in sentences))
+        counts[split] = len(sentences)
+    return counts
+
+
+def _cmd_export_parallel(args: argparse.Namespace) -> int:
+    counts = export_parallel(args.world, tuple(args.langs), args.output)
+    log.info("%s: parallel text in %s: %s", args.output, ", ".join(args.langs), counts)
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     spec = EXPORTS[args.format]
     export = export_imagefolder if args.format == "imagefolder" else export_webdataset
@@ -114,3 +138,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--images", nargs=len(SPLITS), required=True, metavar="PARQUET",
                    help=f"the image lists of {', '.join(SPLITS)}")
     p.add_argument("--output", required=True, help="the corpus folder (replaced atomically)")
+
+    p = commands.add_command(subparsers, "export-world-parallel", _cmd_export_parallel)
+    commands.add_json(p, "--world", "the config's world section (its parallel sizes)")
+    p.add_argument("--langs", nargs="+", required=True, help="the languages (e.g. en fr)")
+    p.add_argument("--output", required=True, help="the folder of {split}.{lang} files")
