@@ -242,7 +242,7 @@ def test_metadata_not_in_utf8_is_named_with_its_line(world, tmp_path, capsys):
     text[4] = text[4].replace("A ", "Ä ", 1) if "A " in text[4] else text[4] + "Ä"
     folder = _folder(world, tmp_path, text="\n".join(text))
     code, lines = _read_cli(tmp_path, folder, IMAGEFOLDER, capsys)
-    assert code == 1 and len(lines) == 1 and "metadata.csv:5: not UTF-8 (byte 0xc4" in lines[0], lines
+    assert code == 1 and len(lines) == 1 and "metadata.csv:5: not UTF-8 (byte 0xc4 at column 80)" in lines[0], lines
 
 
 def test_a_missing_image_is_named_with_its_row_and_the_count(world, tmp_path, capsys):
@@ -324,3 +324,37 @@ def test_a_corrupt_image_fails_its_features_naming_the_file_or_the_shard_and_key
         lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "img/s]" not in line]
         assert code == 1 and len(lines) == 1 and expected in lines[0], lines
         assert not out.exists()
+
+
+def test_a_language_of_its_own_corpus_is_validated_and_tested_on_that_corpus_images():
+    """config/own-data.yaml: French on the webdataset (the evaluation corpus), English on the
+    imagefolder (evaluation.lang_corpora): each language's captions with its own corpus' images
+    in the training job's validation and the evaluation job's test; no translation retrieval. The
+    shipped configurations' specs keep their keys (tests/test_workflow.py plans them)."""
+    from pseudopairs.evaluation.contract import evaluation_inputs, evaluation_spec
+    from pseudopairs.model.contract import training_inputs, training_spec
+
+    config = check_config(load_config(REPO / "config" / "config.yaml", REPO / "config" / "own-data.yaml"))
+    validation = training_spec(config, "fr_photos_pseudo", 1)["validation"]
+    assert validation == {"captions": "results/captions/cartes/val.parquet",
+                          "features": "results/features/cartes/val.npz", "langs": ["fr", "en"],
+                          "lang_captions": {"en": "results/captions/photos/val.parquet"},
+                          "lang_features": {"en": "results/features/photos/val.npz"}}
+    assert "results/features/photos/val.npz" in training_inputs(config, "fr_photos_pseudo", 1)
+    spec = evaluation_spec(config, "fr_photos")
+    assert spec == {"captions": "results/captions/cartes/test.parquet",
+                    "features": "results/features/cartes/test.npz", "langs": ["fr", "en"],
+                    "lang_tests": {"en": {"captions": "results/captions/photos/test.parquet",
+                                          "features": "results/features/photos/test.npz"}}}
+    assert {"results/captions/photos/test.parquet", "results/features/photos/test.npz"} <= set(
+        evaluation_inputs(config, "fr_photos", 1))
+    paper = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml",
+                                     REPO / "config" / "paper.yaml"))
+    assert "lang_features" not in training_spec(paper, "t_multi", 1)["validation"]
+    assert set(evaluation_spec(paper, "en_de")) == {"captions", "features", "langs", "translation_captions",
+                                                    "translation_langs"}
+    bad = load_config(REPO / "config" / "config.yaml", REPO / "config" / "own-data.yaml")
+    del bad["evaluation"]["lang_corpora"]
+    with pytest.raises(ConfigError, match="config key 'evaluation.langs.1': no data set of corpus 'cartes' "
+                                          "has language 'en'"):
+        check_config(bad)

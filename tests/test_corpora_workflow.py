@@ -90,68 +90,111 @@ def _run(work: Path, site: Path, *args: str):
     return run_snakemake(work, *args, "--cores", "1", *_targets("features"), "--configfile", str(OWN), str(site))
 
 
-def _built(tmp_path, own) -> tuple[Path, Path]:
-    """Run the reading steps for real, then stand-in features newer than everything."""
-    data, work = own
-    site = _site(tmp_path, data)
-    result = run_snakemake(work, "--cores", "1", *_targets("manifests"), "--configfile", str(OWN), str(site))
-    assert result.returncode == 0, result.stderr[-3000:]
-    images = pd.read_parquet(work / "results/own_data/images/cartes/test.parquet")
-    assert images.columns.tolist() == ["image_id", "path", "member", "offset", "size"]
-    assert images["path"].unique().tolist() == ["00000.tar"]           # relative to the folder
-    later = max(p.stat().st_mtime for p in (work / "results").rglob("*") if p.is_file()) + 1
-    time.sleep(max(0.0, later - time.time()) + 0.1)   # a manifest rewritten from now on is newer
-    for path in _targets("features"):
-        for out in (work / path, work / path.replace(".npz", ".skipped.tsv")):
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(b"")
-            os.utime(out, (later, later))
-    result = _run(work, site, "-n")
-    assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
-    return data, work
-
-
 def _planned_rules(result) -> set[str]:
     return set(re.findall(r"^(?:local)?rule (\w+):$", result.stdout, re.M))
 
 
-def test_the_same_files_through_a_symlink_or_a_copy_rerun_nothing(tmp_path, own):
-    data, work = _built(tmp_path, own)
+def _nothing_to_do(result) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+
+
+def test_your_folders_read_keyed_by_content_moved_changed_and_missing(tmp_path, own):
+    """Every step up to the features runs for real on an imagefolder and a webdataset outside
+    the working directory (random-weight features of 12 + 12 small images). Then: the same files
+    through a symlink and through a copy without their times rerun nothing -- no job's tracked
+    parameter names the folder --; a changed image reruns its split's features only; a changed
+    caption rereads its corpus; missing images stop the dry run, naming them."""
+    data, work = own
+    site = _site(tmp_path, data)
+    result = _run(work, site)
+    assert result.returncode == 0, result.stderr[-3000:]
+    images = pd.read_parquet(work / "results/own_data/images/cartes/test.parquet")
+    assert images.columns.tolist() == ["image_id", "path", "member", "offset", "size"]
+    assert images["path"].unique().tolist() == ["00000.tar"]           # relative to the folder
+    _nothing_to_do(_run(work, site, "-n"))
     manifests = {p: (work / p).stat().st_mtime_ns for p in _targets("manifests")}
     link = tmp_path / "scratch-link"
     link.symlink_to(data)
     copy = tmp_path / "scratch-copy"          # copied without the modification times
     shutil.copytree(data, copy, copy_function=shutil.copyfile)
     for moved in (link, copy):
-        result = _run(work, _site(tmp_path, moved), "-n")
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+        _nothing_to_do(_run(work, _site(tmp_path, moved), "-n"))
     assert {p: (work / p).stat().st_mtime_ns for p in _targets("manifests")} == manifests
     # a changed image (here, in the copy): the features of its split only
+    copied = _site(tmp_path, copy)
+    time.sleep(1)
     image = copy / "imagefolder" / "coco_val_000001.png"
     image.write_bytes((copy / "imagefolder" / "coco_val_000002.png").read_bytes())
-    result = _run(work, _site(tmp_path, copy), "-n")
+    result = _run(work, copied, "-n")
     assert result.returncode == 0, result.stderr[-3000:]
     assert _planned_rules(result) == {"features"}
     outputs = re.findall(r"^\s*output: (.*)$", result.stdout, re.M)
     assert outputs == ["results/own_data/features/photos/val.npz, results/own_data/features/photos/val.skipped.tsv"]
-
-
-def test_a_changed_caption_rereads_the_corpus(tmp_path, own):
-    data, work = _built(tmp_path, own)
-    meta = data / "imagefolder" / "metadata.csv"
+    # a changed caption: the corpus is read again
+    meta = copy / "imagefolder" / "metadata.csv"
     meta.write_text(meta.read_text(encoding="utf-8").replace("A ", "The ", 1), encoding="utf-8")
-    result = _run(work, _site(tmp_path, data), "-n")
+    result = _run(work, copied, "-n")
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"read_corpus", "features"} <= _planned_rules(result)
-
-
-def test_a_split_with_missing_images_stops_the_dry_run_naming_them(tmp_path, own):
-    data, work = _built(tmp_path, own)
+    # missing images: the dry run stops, naming the count and the first
     for name in ("coco_test_000000.png", "coco_test_000002.png"):
         (data / "imagefolder" / name).unlink()
-    result = _run(work, _site(tmp_path, data), "-n")
+    result = _run(work, site, "-n")
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert ("config key 'corpora.photos': split test of corpus 'photos': 2 of 3 files are missing from "
             f"{data}/imagefolder (first: coco_test_000000.png, coco_test_000002.png)") in text, text[-3000:]
+
+
+TRACKED = """
+import contextlib, io, json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
+repo, work, target, *files = sys.argv[1:]
+with SnakemakeApi(OutputSettings()) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=Path(repo) / "Snakefile",
+                      config_settings=ConfigSettings(configfiles=[Path(f) for f in files]), workdir=Path(work))
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            wf.dag(DAGSettings(targets={target})).printdag()
+        except TypeError:
+            pass
+    jobs = wf._workflow.dag.jobs
+    print(json.dumps({f"{j.rule.name}:{j.output[0]}": [str(p) for p in j.non_derived_params] for j in jobs}))
+"""
+
+
+@pytest.mark.parametrize("configfiles, target", [
+    (["own"], "results/own_data/table.csv"),
+    (["paper"], "results/table5.csv"),
+])
+def test_no_tracked_parameter_of_any_job_names_a_corpus_folder(tmp_path, configfiles, target):
+    """Snakemake reruns a job whose tracked parameters changed: none may hold the folder of a
+    corpus kept outside the workflow (Flickr30K, an imagefolder, a webdataset), or pointing the
+    config at the same files elsewhere would rerun it. The steps get the folder through
+    parameters that take `input`, which Snakemake does not track."""
+    import json
+    import subprocess
+    import sys
+
+    folder = tmp_path / "elsewhere" / "corpus-folder"
+    (folder / "imagefolder").mkdir(parents=True)
+    site = tmp_path / "site.yaml"
+    if configfiles == ["own"]:
+        site.write_text(f"corpora:\n  photos: {{root: {folder}/imagefolder}}\n"
+                        f"  cartes: {{shards: '{folder}/webdataset/{{00000..00004}}.tar'}}\n")
+        files = [str(OWN), str(site)]
+    else:
+        site.write_text(f"paper_data: {{flickr30k_images: {folder}}}\n")
+        files = [str(REPO / "config" / "paper.yaml"), str(site)]
+    result = subprocess.run([sys.executable, "-c", TRACKED, str(REPO), str(tmp_path / "work"), target, *files],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    tracked = json.loads(result.stdout.strip().splitlines()[-1])
+    readers = [job for job in tracked if job.split(":")[0] in ("features", "read_corpus", "corpus_source",
+                                                             "image_manifest", "read_multi30k_task2")]
+    assert readers, sorted(tracked)[:5]
+    assert not [(job, p) for job, params in tracked.items() for p in params if "corpus-folder" in p]

@@ -29,7 +29,7 @@ COMMANDS: dict[str, Command] = {
     "read-multi30k": Command("data", "pseudopairs.data.readers", "Multi30K raw files -> caption table"),
     "read-coco": Command("data", "pseudopairs.data.readers", "Karpathy COCO JSON -> caption table"),
     "read-corpus": Command("data", "pseudopairs.data.generic", "an imagefolder or webdataset corpus -> caption tables + image lists"),
-    "corpus-source": Command("data", "pseudopairs.data.manifest", "a corpus' metadata file or shards, keyed by content (JSON)"),
+    "corpus-source": Command("data", "pseudopairs.data.generic", "a corpus' metadata file or shards, keyed by content (JSON)"),
     "image-manifest": Command("data", "pseudopairs.data.manifest", "the image files a split needs, keyed by content (JSON)"),
     "export-world-corpus": Command("data", "pseudopairs.world.export", "the demo world as an imagefolder or webdataset corpus"),
     "export-world-parallel": Command("data", "pseudopairs.world.export", "the demo world's parallel text in some of its languages"),

@@ -183,6 +183,11 @@ class CorporaSection:
     a registered ``kind`` and that kind's keys (one ``if``/``then`` per kind)."""
 
     @staticmethod
+    def settings_classes() -> list[type[Settings]]:
+        """The settings classes this section generates (one per kind)."""
+        return list(dict.fromkeys(CORPUS_KINDS.get(name).settings for name in CORPUS_KINDS.names()))
+
+    @staticmethod
     def json_schema(*, partial: bool = False, fill: Any = False) -> dict:
         branches = []
         for name in CORPUS_KINDS.names():

@@ -409,6 +409,18 @@ def _cmd_read_corpus(args) -> int:
     return 0
 
 
+def _cmd_corpus_source(args) -> int:
+    from pseudopairs.data.corpora import image_root, source_files
+    from pseudopairs.data.manifest import file_manifest, write_manifest
+
+    config = {"corpora": {args.corpus: args.declaration}}
+    manifest, stamps = file_manifest(source_files(config, args.corpus), image_root(config, args.corpus),
+                                     previous=args.output)
+    changed = "written" if write_manifest(args.output, manifest, stamps) else "unchanged"
+    print(f"{args.output} ({changed}): {manifest['n_files']} source files")
+    return 0
+
+
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "read-corpus", _cmd_read_corpus)
     p.add_argument("--corpus", required=True, help="the corpus' name (the tables' dataset column)")
@@ -418,3 +430,8 @@ def register_cli(subparsers) -> None:
                    help=f"raw caption tables of {', '.join(SPLITS)}")
     p.add_argument("--images-out", nargs=len(SPLITS), required=True, metavar="PARQUET",
                    help=f"image lists of {', '.join(SPLITS)}")
+
+    p = commands.add_command(subparsers, "corpus-source", _cmd_corpus_source)
+    p.add_argument("--corpus", required=True, help="the corpus' name")
+    commands.add_json(p, "--declaration", "the corpus' entry of the config's corpora section")
+    p.add_argument("--output", required=True, help="the manifest (JSON), rewritten only when it changes")

@@ -22,7 +22,8 @@ with ``cp -a`` / ``rsync -a`` reads nothing.
 
 Two kinds of manifest: an image list's (``image-manifest``: the distinct files its ``path``
 column names -- images, or a webdataset's shards -- under ``--root``) and a corpus' source files
-(``corpus-source``: an imagefolder's metadata file, a webdataset's shards).
+(``corpus-source`` in :mod:`pseudopairs.data.generic`: an imagefolder's metadata file, a
+webdataset's shards).
 """
 
 from __future__ import annotations
@@ -192,22 +193,8 @@ def _cli_image_manifest(args) -> None:
     print(f"{args.output} ({changed}): {manifest['n_images']} images in {manifest['n_files']} files")
 
 
-def _cli_corpus_source(args) -> None:
-    from pseudopairs.data.corpora import image_root, source_files
-
-    config = {"corpora": {args.corpus: args.declaration}}
-    names = source_files(config, args.corpus)
-    manifest, stamps = file_manifest(names, image_root(config, args.corpus), previous=args.output)
-    changed = "written" if write_manifest(args.output, manifest, stamps) else "unchanged"
-    print(f"{args.output} ({changed}): {manifest['n_files']} source files")
-
-
 def register_cli(subparsers) -> None:
     options = commands.add_command(subparsers, "image-manifest", _cli_image_manifest)
     options.add_argument("--images", required=True, help="image list (Parquet: image_id, path)")
     options.add_argument("--root", default=None, help="the folder the list's paths are relative to")
-    options.add_argument("--output", required=True, help="manifest (JSON), rewritten only when it changes")
-    options = commands.add_command(subparsers, "corpus-source", _cli_corpus_source)
-    options.add_argument("--corpus", required=True, help="the corpus' name")
-    commands.add_json(options, "--declaration", "the corpus' entry of the config's corpora section")
     options.add_argument("--output", required=True, help="manifest (JSON), rewritten only when it changes")
