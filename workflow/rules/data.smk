@@ -91,7 +91,7 @@ if WORLD:
         params:
             world=as_json(config["world"]),
             langs=list(corpora.WORLD_EXPORT_PARALLEL),
-            folder=layout.exported_corpus("parallel"),
+            folder=lambda w, output: Path(output[0]).parent,
         shell:
             "python -m pseudopairs export-world-parallel --world {params.world:q} --langs {params.langs:q} "
             "--output {params.folder:q} > {log:q} 2>&1"
