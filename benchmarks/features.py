@@ -14,6 +14,13 @@ measures 224-px crops (resize 256, the paper's setting) with fp16 autocast. Both
 torch thread count the pipeline picks for its forward (`forward_threads`; on CPU with 1 worker on
 2 cores: 1 thread, the decoding worker gets the other core); `--threads` overrides it.
 
+On a CPU that thread count holds the bare forward back as well as the pipeline's (1 thread of 2
+here, while the pipeline's decoding uses the other core), so the ratio above says what the data
+path costs at equal forward threads. A CPU run therefore also times the bare forward at torch's
+default thread count (the process's ``torch.get_num_threads()`` before the benchmark sets any:
+the cores, or ``OMP_NUM_THREADS``) and prints ``ratio vs default threads`` = pipeline images/s ÷
+that bare rate: the pipeline against the plain forward one would write without it.
+
     .venv/bin/python benchmarks/features.py [--images N --size S --device auto --workers W]
 """
 
@@ -94,33 +101,58 @@ def pipeline_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, shard
 
 
 def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.FeatureSettings,
-            repeats: int) -> dict:
+            repeats: int, default_threads: int) -> dict:
+    """Best-of-``repeats`` rates of the pipeline and the bare forward at the pipeline's forward
+    threads; on a CPU also the bare forward at ``default_threads`` (torch's default)."""
     device = N.resolve_device(settings.device)
     image_dir = tmp / f"png{size}"
     image_dir.mkdir(exist_ok=True)
     frame = write_pngs(image_dir, count=count, size=size, seed=0)
     model = N.prepare_model(N.build_model("none", seed=0), device)
     # The bare forward runs with the thread count the pipeline uses for its forward.
-    torch.set_num_threads(N.forward_threads(settings, device))
-    # Warm up both paths (allocator, cudnn autotuning, page cache of the PNGs).
+    torch.set_num_threads(default_threads)
+    threads = N.forward_threads(settings, device)
+    torch.set_num_threads(threads)
+    on_cpu = device.type == "cpu"
+
+    def bare_at_default_threads(rows: pd.DataFrame) -> float:
+        torch.set_num_threads(default_threads)
+        try:
+            return bare_forward_rate(model, rows, settings, device)
+        finally:
+            torch.set_num_threads(threads)
+
+    # Warm up every path (allocator, cudnn autotuning, page cache of the PNGs).
     warm = frame.head(min(len(frame), 2 * settings.batch_size))
     pipeline_rate(model, warm, settings, tmp / "shards")
     bare_forward_rate(model, warm, settings, device)
-    pipe, bare = [], []
-    for _ in range(repeats):  # interleaved, so background load hits both alike
+    if on_cpu:
+        bare_at_default_threads(warm)
+    pipe, bare, bare_default = [], [], []
+    for _ in range(repeats):  # interleaved, so background load hits them alike
         bare.append(bare_forward_rate(model, frame, settings, device))
+        if on_cpu:
+            bare_default.append(bare_at_default_threads(frame))
         pipe.append(pipeline_rate(model, frame, settings, tmp / "shards"))
     row = {
         "label": label, "device": str(device), "images": count, "png_size": size,
         "resize": settings.resize, "crop": settings.crop, "batch_size": settings.batch_size,
-        "workers": settings.workers, "torch_threads": torch.get_num_threads(),
+        "workers": settings.workers, "torch_threads": threads,
         "amp": str(N.autocast_dtype(device)), "pipeline_img_s": max(pipe), "bare_img_s": max(bare),
     }
     row["ratio"] = row["pipeline_img_s"] / row["bare_img_s"]
     print(f"[{label}] {device} {count} PNGs {size}px -> resize {settings.resize} crop {settings.crop}, "
-          f"batch {settings.batch_size}, workers {settings.workers}, threads {torch.get_num_threads()}, "
+          f"batch {settings.batch_size}, workers {settings.workers}, threads {threads}, "
           f"amp {row['amp']}: pipeline {row['pipeline_img_s']:.1f} img/s, bare forward "
           f"{row['bare_img_s']:.1f} img/s, ratio {row['ratio']:.3f}", flush=True)
+    if on_cpu:
+        row["default_threads"] = default_threads
+        row["bare_default_threads_img_s"] = max(bare_default)
+        row["ratio_vs_default_threads"] = row["pipeline_img_s"] / row["bare_default_threads_img_s"]
+        print(f"[{label}] bare forward at torch's default {default_threads} threads "
+              f"{row['bare_default_threads_img_s']:.1f} img/s; ratio vs default threads "
+              f"{row['ratio_vs_default_threads']:.3f} (pipeline at {threads} forward threads + "
+              f"{settings.workers} decoding workers)", flush=True)
     return row
 
 
@@ -141,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
 
+    default_threads = torch.get_num_threads()  # torch's own choice, before anything sets it
     device = N.resolve_device(args.device)
     cores = os.cpu_count() or 1
     workers = args.workers if args.workers is not None else (1 if device.type == "cpu" else max(1, min(8, cores - 1)))
@@ -150,11 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pp-features-bench-") as tmp:
         tmp = Path(tmp)
         results.append(measure("default", tmp=tmp, count=args.images, size=args.size, repeats=args.repeats,
-                               settings=F.FeatureSettings(resize=args.resize, crop=args.crop, **base)))
+                               settings=F.FeatureSettings(resize=args.resize, crop=args.crop, **base),
+                               default_threads=default_threads))
         if device.type == "cuda":
             big = dict(base, batch_size=max(args.batch_size, 128))
             results.append(measure("paper-224-amp", tmp=tmp, count=max(args.images, 2048), size=320,
-                                   repeats=args.repeats, settings=F.FeatureSettings(resize=256, crop=224, **big)))
+                                   repeats=args.repeats, settings=F.FeatureSettings(resize=256, crop=224, **big),
+                                   default_threads=default_threads))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

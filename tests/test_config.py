@@ -226,11 +226,16 @@ def test_conda_environment_pins_the_same_versions_as_pyproject():
 
 def test_per_rule_environments_pin_as_pyproject():
     """envs/steps.yaml (every step) and envs/translation.yaml (the translate job, no torch) pin
-    the same versions as pyproject.toml; only the CUDA 12 cuBLAS wheel is translation's own."""
+    the same versions as pyproject.toml (steps.yaml also its `translation` extra, which
+    convert-mt needs for Hugging Face models); only the CUDA 12 cuBLAS wheel is translation's own."""
     import tomllib
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     pinned = {p.split("==")[0].lower(): p for p in pyproject["project"]["dependencies"]}
+    converters = {p.split("==")[0].lower() for p in pyproject["project"]["optional-dependencies"]["translation"]}
+    pinned.update({p.split("==")[0].lower(): p for p in pyproject["project"]["optional-dependencies"]["translation"]})
+    steps = yaml.safe_load((REPO / "envs" / "steps.yaml").read_text())
+    assert converters <= {r.split("==")[0].lower() for r in steps["dependencies"][-1]["pip"]}
     for name, extra in (("steps.yaml", set()), ("translation.yaml", {"nvidia-cublas-cu12"})):
         env = yaml.safe_load((REPO / "envs" / name).read_text())
         pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))

@@ -8,7 +8,6 @@ import os
 import re
 import tarfile
 import threading
-import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,7 +29,8 @@ class _State:
         self.requests: list[dict] = []
         self.cuts: list[int | None] = []  # per request: close the connection after N body bytes
         self.statuses: list[int] = []  # per request: answer with this error status first
-        self.delays: list[float] = []  # per request: sleep before answering
+        self.delays: list[float] = []  # per request: hold the answer this long (or until released)
+        self.release = threading.Event()  # set when the test ends: held answers go out
         self.ignore_range = False
         self.lock = threading.Lock()
 
@@ -49,7 +49,7 @@ class _Handler(BaseHTTPRequestHandler):
             cut = state.cuts.pop(0) if state.cuts else None
             delay = state.delays.pop(0) if state.delays else 0.0
         if delay:
-            time.sleep(delay)
+            state.release.wait(delay)
         if status is not None:
             self.send_error(status)
             return
@@ -88,6 +88,7 @@ def serve():
     thread.start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}"
     yield base, httpd.state
+    httpd.state.release.set()
     httpd.shutdown()
     httpd.server_close()
 
@@ -212,10 +213,12 @@ def test_transient_5xx_then_success(server, tmp_path):
 
 
 def test_timeout_is_retried(server, tmp_path):
+    # the first answer is held until the test ends (at most 60 s): that attempt can only end by
+    # the client's timeout, however loaded the machine; the retry has 2 s for a local 50 kB answer
     base, state = server
-    state.delays = [1.0]
+    state.delays = [60.0]
     dest = tmp_path / "data.bin"
-    _fetch(f"{base}/data.bin", dest, sha256=SHA, timeout=0.2, retries=1)
+    _fetch(f"{base}/data.bin", dest, sha256=SHA, timeout=2.0, retries=1)
     assert dest.read_bytes() == CONTENT
     assert len(state.requests) == 2
 

@@ -510,3 +510,27 @@ def test_forward_threads_leave_cores_to_the_decoding_workers(monkeypatch):
     assert N.forward_threads(settings(workers=2), cpu) == 4          # 6 cores - 2 workers
     assert N.forward_threads(settings(workers=9), cpu) == 1          # never below 1
     assert N.forward_threads(settings(workers=2), torch.device("cuda")) == 8
+
+
+def test_the_benchmark_prints_the_ratio_against_a_forward_at_torchs_default_threads(tmp_path):
+    """benchmarks/features.py on a CPU: the pipeline against the bare forward at the pipeline's
+    forward threads (here --threads 1) and against the bare forward at torch's default count
+    (OMP_NUM_THREADS=2 in its process), both ratios printed and written."""
+    import os
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "features.py"
+    out_json = tmp_path / "features.json"
+    run = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--images", "8", "--size", "40",
+                          "--resize", "36", "--crop", "32", "--batch-size", "4", "--repeats", "1",
+                          "--threads", "1", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    [row] = json.loads(out_json.read_text())
+    assert (row["torch_threads"], row["default_threads"]) == (1, 2)
+    assert row["ratio"] == pytest.approx(row["pipeline_img_s"] / row["bare_img_s"])
+    assert row["ratio_vs_default_threads"] == pytest.approx(row["pipeline_img_s"] / row["bare_default_threads_img_s"])
+    assert f"ratio {row['ratio']:.3f}" in run.stdout
+    assert "bare forward at torch's default 2 threads" in run.stdout
+    assert f"ratio vs default threads {row['ratio_vs_default_threads']:.3f}" in run.stdout

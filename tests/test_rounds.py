@@ -248,8 +248,10 @@ def test_the_per_round_table_and_all_include_both_chains(tmp_path):
 
 
 def test_an_unknown_chain_is_no_target(tmp_path):
+    # the summary rule's chain wildcard is constrained to the configured chains: no rule matches
     result = run_snakemake(tmp_path, "-n", "--cores", "1", "results/rounds_nope.csv")
     assert result.returncode != 0
+    assert "No rule to produce results/rounds_nope.csv" in result.stdout + result.stderr, result.stdout[-2000:]
 
 
 def test_a_chain_that_clashes_with_an_experiment_fails_before_any_job(tmp_path):

@@ -326,7 +326,11 @@ def test_language_classifier_by_hand_and_adversarial_gradient():
     logits = x.detach().clone().requires_grad_()
     torch.nn.functional.cross_entropy(logits @ torch.eye(2), torch.tensor([0, 1])).backward()
     assert torch.allclose(x.grad, -logits.grad)
-    assert clf.layers.weight.grad is not None
+    # ...and the classifier the cross-entropy's own gradient, (softmax − one-hot) ⊗ row, averaged:
+    # row (2, 0), "en": p − y = (−q, q) with q = 1/(e² + 1); row (0, 0), "de": (½, −½), no weight
+    q = 1 / (math.exp(2) + 1)
+    torch.testing.assert_close(clf.layers.weight.grad, torch.tensor([[-q, 0.0], [q, 0.0]]))
+    torch.testing.assert_close(clf.layers.bias.grad, torch.tensor([(0.5 - q) / 2, (q - 0.5) / 2]))
 
 
 def test_neighbourhood_and_image_sentence_losses_are_the_triplet_losses():

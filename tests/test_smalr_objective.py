@@ -86,6 +86,56 @@ def test_image_sentence_term_counts_the_masked_captions_as_positives():
     assert terms["image_sentence"].item() == pytest.approx(0.35)
 
 
+def _neighbours():
+    """:func:`_two_sentences` with the full representations of image 0's En caption, image 1's
+    En caption and image 0's De caption (1,0), (1,0), (1,1), so that both of the neighbourhood
+    term's triplet losses are non-zero and differ from each other and from those of the masked
+    representations."""
+    encoded = _two_sentences()
+    encoded["m30k.en"].full = _t([[1, 0], [1, 0]])
+    encoded["m30k.de"].full = _t([[1, 1]])
+    return encoded
+
+
+def test_neighbourhood_term_on_two_sentences_by_hand():
+    """Sentences in batch order: En (image 0), En (image 1), De (image 0); the one positive pair
+    is (En 0, De 0), both ways, and the En caption of image 1 the one negative of each.
+    Average representations (1,0), (1,1), (0,1): cos(En 0, De 0) = 0, each with the negative
+    1/√2 → both anchors' hinge 0.2 − 0 + 1/√2. Full representations (1,0), (1,0), (1,1):
+    cos(En 0, De 0) = 1/√2; En 0 anchors against a negative at 1 (0.2 − 1/√2 + 1), De 0 against
+    one at 1/√2 (0.2) → mean 0.2 + (1 − 1/√2)/2. The term is their sum."""
+    r = 1 / np.sqrt(2)
+    average, full = 0.2 + r, 0.2 + (1 - r) / 2
+    assert average + full == pytest.approx(1.25355, abs=1e-5)
+    terms = smalr_terms(_t([[1, 0], [0, 1]]), _neighbours(), _identity_heads(), margin=0.2, top_k=10)
+    assert terms["neighbourhood"].item() == pytest.approx(average + full)
+
+
+def test_language_term_on_two_languages_by_hand():
+    """The classifier (one linear layer; languages in order de, en) set to logits de = x₀,
+    en = 2·x₁ on the average representations (1,0) En, (1,1) En, (0,1) De: cross-entropies
+    log(1 + e), log(1 + e⁻¹), log(1 + e²), their mean the term. Behind the gradient reversal the
+    representations get minus the cross-entropy's gradient."""
+    heads = _identity_heads()
+    with torch.no_grad():
+        heads.classifier.layers.weight.copy_(_t([[1, 0], [0, 2]]))
+        heads.classifier.layers.bias.zero_()
+    encoded = _neighbours()
+    for e in encoded.values():
+        e.average.requires_grad_(True)
+    terms = smalr_terms(_t([[1, 0], [0, 1]]), encoded, heads, margin=0.2, top_k=10)
+    e = np.e
+    want = (np.log(1 + e) + np.log(1 + 1 / e) + np.log(1 + e ** 2)) / 3
+    assert want == pytest.approx(1.25115, abs=1e-5)
+    assert terms["language"].item() == pytest.approx(want)
+    terms["language"].backward()
+    universal = torch.cat([encoded["m30k.en"].average, encoded["m30k.de"].average]).detach().requires_grad_(True)
+    logits = universal @ _t([[1, 0], [0, 2]]).t()
+    torch.nn.functional.cross_entropy(logits, torch.tensor([1, 1, 0])).backward()
+    torch.testing.assert_close(encoded["m30k.en"].average.grad, -universal.grad[:2])
+    torch.testing.assert_close(encoded["m30k.de"].average.grad, -universal.grad[2:])
+
+
 def test_total_loss_is_eq4_with_the_papers_weights():
     terms = {"image_sentence": torch.tensor(1.0), "neighbourhood": torch.tensor(2.0),
              "language": torch.tensor(3.0), "mclm": torch.tensor(4.0)}

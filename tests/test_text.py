@@ -165,6 +165,8 @@ def test_upstream_release_sample():
 
 def _moses_2017_reference(tmp_path: Path):
     """Build the Dec-2017 perl pipeline from the scripts the ``mosestokenizer`` package ships.
+    Skips only when perl or the scripts are absent; scripts that are not the pinned ones, or a
+    perl run that fails, fail the test.
 
     Its ``tokenizer-v1.1.perl`` snapshot predates two Moses commits that the December 2017
     snapshot has (a comma after a final number is split, Aug 2016; a final ".'" is split);
@@ -196,8 +198,9 @@ def _moses_2017_reference(tmp_path: Path):
         ("\n    # restore protected", "\n    $text =~ s/\\.\\' ?$/ . ' /;\n\n    # restore protected"),
     ]
     for old, new in patches:
-        if source.count(old) != 1:
-            pytest.skip(f"unexpected tokenizer-v1.1.perl in {pkg} (anchor {old[:30]!r})")
+        if source.count(old) != 1:  # the scripts are there but not the pinned ones: a failure
+            pytest.fail(f"unexpected tokenizer-v1.1.perl in {pkg} (anchor {old[:30]!r} found "
+                        f"{source.count(old)} times; mosestokenizer==1.2.1 is pinned)")
         source = source.replace(old, new)
     tokenizer = tmp_path / "tokenizer.perl"
     tokenizer.write_text(source, encoding="utf-8")
@@ -206,11 +209,13 @@ def _moses_2017_reference(tmp_path: Path):
 
     def run(lines: list[str], lang: str) -> list[str]:
         data = "".join(line + "\n" for line in lines).encode("utf-8")
-        for cmd in ([perl, *lowercase], [perl, str(norm_src), "-l", lang],
-                    [perl, str(tokenizer), "-q", "-l", lang]):
+        for step, cmd in (("lowercase", [perl, *lowercase]),
+                          (norm_src.name, [perl, str(norm_src), "-l", lang]),
+                          (tokenizer.name, [perl, str(tokenizer), "-q", "-l", lang])):
             proc = subprocess.run(cmd, input=data, capture_output=True, env=env, timeout=120)
-            if proc.returncode != 0:
-                pytest.skip(f"reference perl failed: {proc.stderr.decode(errors='replace')[:200]}")
+            if proc.returncode != 0:  # present but broken: the one independent check must not skip
+                pytest.fail(f"reference perl {step} -l {lang} exited {proc.returncode}: "
+                            f"{proc.stderr.decode(errors='replace')[:200]}")
             data = proc.stdout
         out = data.decode("utf-8").split("\n")
         assert out[-1] == "" and len(out) - 1 == len(lines)

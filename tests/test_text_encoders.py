@@ -177,7 +177,27 @@ def test_a_hem_run_trains_saves_and_evaluates(tmp_path):
     image = 24 * 24 + 24
     assert metrics["parameters"] == {"trainable": rows + gru + image, "total": rows + gru + image,
                                      "text_embedding": rows}
-    assert metrics["retrieval"]["en"]["rsum"] > 0
+    # the metrics are those of the model's own encodings: every caption encoded alone through
+    # its language's view, the images' features through the image encoder, ranked exactly
+    from pseudopairs.evaluation import retrieval_metrics
+    from pseudopairs.io import load_features
+
+    image_ids, features = load_features(val_feats)
+    row_of = {image_id: r for r, image_id in enumerate(image_ids)}
+    captions = read_captions(val_caps)
+    model.eval()
+    with torch.no_grad():
+        images = model.encode_images(torch.as_tensor(features))
+        for lang in ("en", "de"):
+            subset = captions[captions["lang"] == lang]
+            view = language_view(vocab, lang)
+            texts = [model.encode_captions(torch.tensor([ids]), torch.tensor([len(ids)]))[0]
+                     for ids in (view.encode(text) for text in subset["text"])]
+            want = retrieval_metrics(image_embeddings=images, caption_embeddings=torch.stack(texts),
+                                     caption_image_index=[row_of[i] for i in subset["image_id"]],
+                                     similarity=model.similarity)
+            assert metrics["retrieval"][lang] == pytest.approx(want), lang
+            assert want["rsum"] > 0
 
 
 def test_a_hem_run_needs_a_hem_vocabulary_and_its_initial_rows(tmp_path):

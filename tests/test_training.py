@@ -736,22 +736,56 @@ def test_a_language_of_the_translation_portion_validates_and_tests_on_its_own_ta
     assert result["portion_retrieval"]["en"] != pytest.approx(result["retrieval"]["en"])
 
 
-def test_training_benchmark_replays_the_trainers_batches_and_prints_its_ratio():
+def test_training_benchmark_replays_the_trainers_batches_and_prints_its_ratio(monkeypatch, capsys):
     """benchmarks/training.py times a bare loop over the batches an identical Trainer draws
     (Trainer.next_batch, the sampled objective's own draw); it broke once when that draw moved.
-    Runs it at the demo shapes, 4 updates, on the CPU, and reads its printed ratios."""
-    import subprocess
+    Runs it at the demo shapes, 4 updates, on the CPU: the bare loop gets, in order, the very
+    batches the real trainer's updates draw (warm-up and timed blocks), and it prints its ratios."""
+    import dataclasses
+    import importlib.util
     import sys
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "training.py"
-    out = subprocess.run([sys.executable, str(bench), "--preset", "demo", "--device", "cpu",
-                          "--updates", "4", "--warmup", "1", "--blocks", "2"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    ratios = [float(line.split(":")[1].split()[0]) for line in out.stdout.splitlines()
-              if line.startswith("ratio")]
-    assert len(ratios) == 2 and all(r > 0 for r in ratios), out.stdout
+    module_spec = importlib.util.spec_from_file_location("benchmark_training", bench)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    drawn: dict[int, list] = {}     # each Trainer's draws, by the trainer
+    updated: set[int] = set()       # the trainers whose update() ran (the real one)
+    replayed: list = []             # what the bare loop ran, in order
+    next_batch, update, run_bare = training.Trainer.next_batch, training.Trainer.update, module.run_bare
+
+    def drawing(self):
+        out = next_batch(self)
+        drawn.setdefault(id(self), []).append(out[2])
+        return out
+
+    def updating(self):
+        updated.add(id(self))
+        return update(self)
+
+    def bare(model, optimizer, batches):
+        replayed.extend(batches)
+        return run_bare(model, optimizer, batches)
+
+    monkeypatch.setattr(training.Trainer, "next_batch", drawing)
+    monkeypatch.setattr(training.Trainer, "update", updating)
+    monkeypatch.setattr(module, "run_bare", bare)
+    monkeypatch.setattr(sys, "argv", [str(bench), "--preset", "demo", "--device", "cpu", "--updates", "4",
+                                      "--warmup", "1", "--blocks", "2"])
+    module.main()
+    [real] = updated
+    assert len(drawn) == 2 and len(replayed) == 1 + 4  # the real trainer and its twin; warm-up + timed
+
+    def same(a, b):
+        return type(a) is type(b) and all(torch.equal(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(a))
+    assert len(drawn[real]) == len(replayed)
+    differ = [k for k, (a, b) in enumerate(zip(drawn[real], replayed)) if not same(a, b)]
+    assert not differ, f"the bare loop's batches {differ} are not the real trainer's draws"
+    out = capsys.readouterr().out
+    ratios = [float(line.split(":")[1].split()[0]) for line in out.splitlines() if line.startswith("ratio")]
+    assert len(ratios) == 2 and all(r > 0 for r in ratios), out
 
 
 def test_validation_scores_the_same_with_either_candidate_gemm(world, monkeypatch):

@@ -650,6 +650,30 @@ def test_translations_are_aligned_with_the_source_captions(captions, converted, 
     assert [out["raw"][i] for i in keep] == ct2_greedy(converted, [source["raw"][i] for i in keep])
 
 
+def test_a_declared_opennmt_py_model_translates_as_the_default_conversion(captions, converted, trained, tmp_path):
+    """translation.models.NAME with format opennmt_py (convert-mt --spec) goes through the same
+    OpenNMTPyConverter call: the same CTranslate2 weights, bare pieces, the same translations;
+    its description adds the direction it was declared for, and another is refused."""
+    from pseudopairs.translation import models as MD
+    from pseudopairs.translation.converters import prepare_model
+
+    config = {"translation": {"models": {"demo": {"format": "opennmt_py", "path": str(trained),
+                                                  "files": {"checkpoint": "model.pt"},
+                                                  "source_lang": "en", "target_lang": "de"}}}}
+    info = prepare_model(MD.convert_spec(config, "demo", model_path=str(trained)), tmp_path / "declared")
+    assert info["family"] == "plain" and info["pair"] == ["en", "de"]
+    assert info["tokens"] == {"source_prefix": [], "source_suffix": [], "target_prefix": [], "special": []}
+    assert info["source"]["format"] == "opennmt_py" and info["source"]["layout"] == "opennmt-py-3"
+    assert (tmp_path / "declared" / "model.bin").read_bytes() == (converted / "model.bin").read_bytes()
+    translate(captions, tmp_path / "a.parquet", converted)
+    translate(captions, tmp_path / "b.parquet", tmp_path / "declared")
+    assert read_captions(tmp_path / "a.parquet")["raw"].tolist() == read_captions(tmp_path / "b.parquet")["raw"].tolist()
+    with pytest.raises(ValueError, match=r"^translation\.models\.demo: the model translates en -> de, not en -> fr$"):
+        TL.translate_captions(captions, tmp_path / "c.parquet", model_dir=tmp_path / "declared", source_lang="en",
+                              target_lang="fr", dataset="x", settings=TS.TranslateSettings.from_dict(TRANSLATE),
+                              progress=False)
+
+
 def test_killed_run_resumes_from_its_chunks(captions, converted, tmp_path, monkeypatch):
     reference = tmp_path / "reference" / "train.parquet"
     translate(captions, reference, converted)

@@ -49,7 +49,7 @@ COMMANDS: dict[str, Command] = {
     "score-embeddings": Command("evaluation", "pseudopairs.evaluation.step", "retrieval metrics of stored embeddings"),
     "score-translation": Command("evaluation", "pseudopairs.evaluation.step", "translation retrieval of stored embeddings"),
     "train-mt": Command("translation", "pseudopairs.translation.train", "train an En->De Transformer (OpenNMT-py checkpoint)"),
-    "convert-mt": Command("translation", "pseudopairs.translation.convert", "convert an OpenNMT-py model for CTranslate2"),
+    "convert-mt": Command("translation", "pseudopairs.translation.converters", "convert a translation model for CTranslate2 (OpenNMT-py, or --spec: any declared format)"),
     "translate-captions": Command("translation", "pseudopairs.translation.translate", "translate captions (table or text)"),
     "clc-parallel-text": Command("translation", "pseudopairs.smalr.clc_step", "parallel text in every CLC language for its translation models (paper 002 §3.4)"),
     "score-mt": Command("translation", "pseudopairs.translation.score", "BLEU of a converted model on a test set (translate settings)"),

@@ -199,6 +199,21 @@ def translation_model() -> str:
     return f"{RESULTS}/translation_model/ctranslate2"
 
 
+def translation_named_model(name: str) -> str:
+    """The CTranslate2 model directory of ``translation.models.NAME`` (``convert-mt --spec`` output)."""
+    return f"{RESULTS}/translation_models/{name}/ctranslate2"
+
+
+def translation_named_archive(name: str, suffix: str) -> str:
+    """The downloaded archive of ``translation.models.NAME`` (``suffix``: .tar.gz, .zip …)."""
+    return f"{RESULTS}/downloads/translation_models/{name}/model{suffix}"
+
+
+def translation_named_extracted(name: str) -> str:
+    """That archive, extracted."""
+    return f"{RESULTS}/downloads/translation_models/{name}/extracted"
+
+
 def translated_captions(dataset: str) -> str:
     """Machine-translated captions of data set ``dataset``, aligned with its source's caption table."""
     return f"{RESULTS}/translations/{dataset}/train.parquet"

@@ -318,49 +318,19 @@ def truecase_args(wildcards, input):
 # ----------------------------------------------------------------------------------------------
 # Translation
 
-TRANSLATION_DOWNLOADED = config.get("translation", {}).get("model", {}).get("source") == "download"
-
-
-def translation_parallel_text(wildcards):
-    """train_mt's inputs: the parallel text of config translation.model.parallel_text, else the
-    demo world's."""
-    model = config["translation"]["model"]
-    src, tgt = model["source_lang"], model["target_lang"]
-    files = model.get("parallel_text") or {
-        role: {lang: layout.world_parallel_text(split, lang) for lang in (src, tgt)}
-        for role, split in (("train", "train"), ("valid", "val"))
-    }
-    return {
-        "source_train": files["train"][src],
-        "target_train": files["train"][tgt],
-        "source_valid": files["valid"][src],
-        "target_valid": files["valid"][tgt],
-    }
-
-
-def translation_files():
-    """Checkpoint and SentencePiece model inside the model directory convert_mt reads."""
-    model = config["translation"]["model"]
-    if TRANSLATION_DOWNLOADED:
-        return {"checkpoint": model["checkpoint"], "tokenizer": model["tokenizer"]}
-    return {"checkpoint": "model.pt", "tokenizer": "sentencepiece.model"}
-
-
-def translation_checkpoint_dir():
-    """The model directory convert_mt reads: the extracted download, or train_mt's output."""
-    if TRANSLATION_DOWNLOADED:
-        return layout.translation_downloaded_model()
-    return layout.translation_trained_model()
-
-
-def translation_fetch_inputs():
-    """The published translation model, for the `fetch` target (nothing when it is trained)."""
-    return [translation_checkpoint_dir()] if TRANSLATION_DOWNLOADED else []
+# (logic: pseudopairs.translation.contract: the default model translation.model and the named
+# ones of translation.models; the rules call it directly)
 
 
 def translated_dataset_pattern():
-    names = translation_contract.translation_datasets(config)
-    return one_of(names)
+    return one_of(translation_contract.translation_datasets(config))
+
+
+def named_model_pattern(*, downloaded=False):
+    """The names of translation.models (those fetched from a url: ``downloaded``)."""
+    if downloaded:
+        return one_of(translation_contract.downloaded_models(config))
+    return one_of(translation_contract.named_models(config))
 
 
 def truecaser_of(lang):

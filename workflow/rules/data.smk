@@ -292,7 +292,7 @@ if PAPER_SOURCE:
             ],
             f"{DOWNLOADS}/coco/caption_datasets",
             corpora.coco_image_dirs(config),
-            translation_fetch_inputs(),
+            translation_contract.fetch_inputs(config),
             smalr_specs.fasttext_downloads(config),
         output:
             touch(f"{DOWNLOADS}/fetched"),

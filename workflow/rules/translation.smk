@@ -1,14 +1,18 @@
 # Translation (paper §2.3, §6): an En->De model -- trained on parallel text (demo) or the
 # published OpenNMT-py Transformer (paper) -- converted by CTranslate2's OpenNMT-py converter,
-# then every source caption of each translated data set translated, resumably in chunks.
+# then every source caption of each translated data set translated, resumably in chunks. A data
+# set may name another model (datasets.*.translation_model): one of translation.models, any
+# format CTranslate2 runs (a converted directory, OpenNMT-py, Marian / OPUS-MT, Hugging Face
+# MarianMT / M2M100 / NLLB), from a local path or a checksummed download, converted by
+# convert-mt --spec (pseudopairs.translation.converters).
 
-TRANSLATION_MODEL = config["translation"]["model"]
+TRANSLATION_MODEL = config.get("translation", {}).get("model")
 
-if not TRANSLATION_DOWNLOADED:
+if TRANSLATION_MODEL is not None and not translation_contract.default_model_downloaded(config):
 
     rule train_mt:
         input:
-            unpack(translation_parallel_text),
+            **translation_contract.parallel_text(config),
         output:
             directory(layout.translation_trained_model()),
         log:
@@ -28,7 +32,7 @@ if not TRANSLATION_DOWNLOADED:
             "--target-valid {input.target_valid:q} --settings {params.settings:q} "
             "--threads {threads} --output-dir {output:q} > {log:q} 2>&1"
 
-else:
+elif TRANSLATION_MODEL is not None:
 
     # Compute nodes often have no internet: the model is fetched where Snakemake runs (and by
     # the `fetch` target on a login node).
@@ -71,31 +75,105 @@ else:
             "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
 
 
-rule convert_mt:
-    input:
-        translation_checkpoint_dir(),
+if TRANSLATION_MODEL is not None:
+
+    DEFAULT_MT_FILES = translation_contract.default_model_files(config)
+
+    rule convert_mt:
+        input:
+            translation_contract.default_checkpoint_dir(config),
+        output:
+            directory(layout.translation_model()),
+        log:
+            layout.log("convert_mt", "model"),
+        benchmark:
+            layout.benchmark("convert_mt", "model")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("convert_mt"),
+        params:
+            checkpoint=lambda w, input: f"{input[0]}/{DEFAULT_MT_FILES['checkpoint']}",
+            tokenizer=lambda w, input: f"{input[0]}/{DEFAULT_MT_FILES['tokenizer']}",
+            quantization=TRANSLATION_MODEL["quantization"],
+        shell:
+            "python -m pseudopairs convert-mt --checkpoint {params.checkpoint:q} --tokenizer {params.tokenizer:q} "
+            "--quantization {params.quantization:q} --output-dir {output:q} > {log:q} 2>&1"
+
+
+# Compute nodes often have no internet: a named model's archive is fetched where Snakemake runs
+# (and by the `fetch` target on a login node).
+localrules:
+    download_translation_named,
+
+
+rule download_translation_named:
     output:
-        directory(layout.translation_model()),
+        archive(layout.translation_named_archive("{name}", "{suffix}")),
     log:
-        layout.log("convert_mt", "model"),
+        layout.log("download_translation_named", "{name}{suffix}"),
     benchmark:
-        layout.benchmark("convert_mt", "model")
+        layout.benchmark("download_translation_named", "{name}{suffix}")
+    wildcard_constraints:
+        name=named_model_pattern(downloaded=True),
+        suffix=r"\.zip|\.tar\.gz|\.tgz|\.tar",
     conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("download_translation_model"),
+    params:
+        url=from_wildcards(translation_contract.model_download, "name", key="url"),
+        sha256=lambda w: sha256_arg(translation_contract.model_download(config, w.name)["sha256"]),
+        retries=config.get("paper_data", {}).get("retries", 5),
+    shell:
+        "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
+        "--retries {params.retries:q} > {log:q} 2>&1"
+
+
+rule extract_translation_named:
+    input:
+        from_wildcards(translation_contract.model_archive, "name"),
+    output:
+        directory(layout.translation_named_extracted("{name}")),
+    log:
+        layout.log("extract_translation_named", "{name}"),
+    benchmark:
+        layout.benchmark("extract_translation_named", "{name}")
+    wildcard_constraints:
+        name=named_model_pattern(downloaded=True),
+    conda:
+        "../../envs/steps.yaml"
+    resources:
+        **job_resources("extract_translation_model"),
+    shell:
+        "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
+
+
+rule convert_mt_named:
+    input:
+        from_wildcards(translation_contract.model_location, "name"),
+    output:
+        directory(layout.translation_named_model("{name}")),
+    log:
+        layout.log("convert_mt_named", "{name}"),
+    benchmark:
+        layout.benchmark("convert_mt_named", "{name}")
+    wildcard_constraints:
+        name=named_model_pattern(),
+    conda:
+        # CTranslate2's converters with torch, transformers (Hugging Face models) and PyYAML
         "../../envs/steps.yaml"
     resources:
         **job_resources("convert_mt"),
     params:
-        checkpoint=lambda w, input: f"{input[0]}/{translation_files()['checkpoint']}",
-        tokenizer=lambda w, input: f"{input[0]}/{translation_files()['tokenizer']}",
-        quantization=TRANSLATION_MODEL["quantization"],
+        spec=from_wildcards(translation_contract.convert_spec, "name", to_json=True),
     shell:
-        "python -m pseudopairs convert-mt --checkpoint {params.checkpoint:q} --tokenizer {params.tokenizer:q} "
-        "--quantization {params.quantization:q} --output-dir {output:q} > {log:q} 2>&1"
+        "python -m pseudopairs convert-mt --spec {params.spec:q} --output-dir {output:q} > {log:q} 2>&1"
 
 
 rule translate:
     input:
-        model=layout.translation_model(),
+        model=from_wildcards(translation_contract.dataset_model_dir, "dataset"),
         captions=from_wildcards(translation_contract.translation_source, "dataset", key="captions"),
         truecase=translation_truecase_inputs,
     output:

@@ -22,6 +22,16 @@ Four step commands:
     SentencePiece model(s) and ``pseudopairs_mt.json`` (model id, source checkpoint and its
     SHA-256, quantization, converter version), so translation needs nothing else.
 
+``convert-mt --spec``
+    Any declared model (config ``translation.models.NAME``, :mod:`~.models`): an already converted
+    CTranslate2 directory, an OpenNMT-py checkpoint, a Marian / OPUS-MT release
+    (``MarianConverter``) or a Hugging Face MarianMT / M2M100 / NLLB directory
+    (``TransformersConverter``), with the SentencePiece model(s) that come with it, its family's
+    special tokens (NLLB's and M2M100's language tokens, Marian's ``</s>``) and its declared
+    languages checked against its vocabulary (:mod:`~.converters`). ``translate-captions`` puts
+    those tokens around the pieces, forces the target language's token and drops the special
+    tokens from the translation, so it needs neither transformers nor torch.
+
 ``translate-captions``
     Translates every source-language caption of a caption table with ``Translator.
     translate_iterable`` (token-based batches), detokenises with the model's SentencePiece model
@@ -40,7 +50,8 @@ Four step commands:
 The real model (:data:`PAPER_MODEL_URL`) is OpenNMT-py's pretrained English→German Transformer:
 see :func:`paper_model_source`.
 
-Modules: :mod:`~.settings` (the ``translation`` config section), :mod:`~.text` (plain or
+Modules: :mod:`~.settings` (the ``translation`` config section), :mod:`~.models` (declared
+models), :mod:`~.converters` (their formats), :mod:`~.contract` (the workflow's side), :mod:`~.text` (plain or
 gzipped text, SentencePiece, BLEU), :mod:`~.transformer` (the demo model), :mod:`~.fit` (its
 resumable training loop), :mod:`~.train`, :mod:`~.checkpoint` (reading OpenNMT-py checkpoints),
 :mod:`~.convert`, :mod:`~.chunks`, :mod:`~.moses` (Moses preparation of translations),

@@ -1,13 +1,22 @@
-"""The translation stage's contract: which data sets are machine translations and of what
-(:func:`translation_source`), the ``translate-captions`` job's settings, and :func:`check` of the
+"""The translation stage's contract: which data sets are machine translations, of what
+(:func:`translation_source`) and with which model (:func:`dataset_model`), where each model comes
+from and goes (the default ``translation.model``: trained or downloaded, converted from
+OpenNMT-py; any ``translation.models.NAME``: a local path or a checksummed download, converted by
+``convert-mt --spec``), the ``translate-captions`` job's settings, and :func:`check` of the
 ``translation`` section."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pseudopairs import layout
 from pseudopairs.data.contract import dataset, dataset_files, dataset_kind
+from pseudopairs.translation import models as M
 from pseudopairs.translation.settings import QUANTIZATIONS, TrainSettings, TranslateSection
+
+#: The key of a translated data set naming its model (``translation.models.NAME``); without it,
+#: the data set is translated by ``translation.model``.
+MODEL_KEY = "translation_model"
 
 
 def translation_datasets(config: dict) -> list[str]:
@@ -27,29 +36,151 @@ def translate_settings(config: dict) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k not in TranslateSection.JOB_KEYS}
 
 
+# ----------------------------------------------------------------------------------------------
+# The default model (translation.model)
+
+
+def has_default_model(config: dict) -> bool:
+    return "model" in config.get("translation", {})
+
+
+def default_model_downloaded(config: dict) -> bool:
+    return config.get("translation", {}).get("model", {}).get("source") == "download"
+
+
+def parallel_text(config: dict) -> dict[str, str]:
+    """train_mt's inputs: the parallel text of ``translation.model.parallel_text``, else the demo
+    world's."""
+    model = config["translation"]["model"]
+    src, tgt = model["source_lang"], model["target_lang"]
+    files = model.get("parallel_text") or {
+        role: {lang: layout.world_parallel_text(split, lang) for lang in (src, tgt)}
+        for role, split in (("train", "train"), ("valid", "val"))
+    }
+    return {
+        "source_train": files["train"][src],
+        "target_train": files["train"][tgt],
+        "source_valid": files["valid"][src],
+        "target_valid": files["valid"][tgt],
+    }
+
+
+def default_model_files(config: dict) -> dict[str, str]:
+    """Checkpoint and SentencePiece model inside the model directory convert_mt reads."""
+    model = config["translation"]["model"]
+    if default_model_downloaded(config):
+        return {"checkpoint": model["checkpoint"], "tokenizer": model["tokenizer"]}
+    return {"checkpoint": "model.pt", "tokenizer": "sentencepiece.model"}
+
+
+def default_checkpoint_dir(config: dict) -> str:
+    """The model directory convert_mt reads: the extracted download, or train_mt's output."""
+    if default_model_downloaded(config):
+        return layout.translation_downloaded_model()
+    return layout.translation_trained_model()
+
+
+# ----------------------------------------------------------------------------------------------
+# Named models (translation.models)
+
+
+def named_models(config: dict) -> list[str]:
+    return list(M.declarations(config))
+
+
+def downloaded_models(config: dict) -> list[str]:
+    """The named models that come from a ``url``."""
+    return [name for name, decl in M.declarations(config).items() if decl.get("url")]
+
+
+def archive_suffix(url: str) -> str:
+    from pseudopairs.data.download import ARCHIVE_SUFFIXES
+
+    path = url.lower().split("?")[0]
+    return next(s for s in sorted(ARCHIVE_SUFFIXES, key=len, reverse=True) if path.endswith(s))
+
+
+def model_archive(config: dict, name: str) -> str:
+    """Where the download of model ``name`` is stored."""
+    return layout.translation_named_archive(name, archive_suffix(M.declarations(config)[name]["url"]))
+
+
+def model_download(config: dict, name: str) -> dict[str, Any]:
+    """The ``download`` job of model ``name``: its url, sha256 and the archive it writes."""
+    decl = M.declarations(config)[name]
+    return {"url": decl["url"], "sha256": decl.get("sha256"), "archive": model_archive(config, name)}
+
+
+def model_location(config: dict, name: str) -> str:
+    """Model ``name``'s folder (or file) as ``convert-mt --spec`` reads it: its local ``path``
+    or its extracted download; a Snakemake input of the conversion."""
+    decl = M.declarations(config)[name]
+    return layout.translation_named_extracted(name) if decl.get("url") else decl["path"]
+
+
+def convert_spec(config: dict, name: str) -> dict[str, Any]:
+    return M.convert_spec(config, name, model_path=model_location(config, name))
+
+
+def fetch_inputs(config: dict) -> list[str]:
+    """Every downloaded translation model, for the `fetch` target (none when all are local or
+    trained)."""
+    out = [default_checkpoint_dir(config)] if default_model_downloaded(config) else []
+    return out + [layout.translation_named_extracted(name) for name in downloaded_models(config)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Translated data sets
+
+
+def dataset_model(config: dict, name: str) -> str | None:
+    """The named model translating data set ``name`` (``None``: ``translation.model``)."""
+    return dataset(config, name).get(MODEL_KEY)
+
+
+def dataset_model_dir(config: dict, name: str) -> str:
+    """The CTranslate2 model directory the ``translate`` job of data set ``name`` loads."""
+    model = dataset_model(config, name)
+    return layout.translation_model() if model is None else layout.translation_named_model(model)
+
+
 def check(config: dict) -> list[str]:
-    """The ``translation`` section: present when a data set is a translation, its languages
-    those of every translated data set, a download's files named, and its ``train`` and
-    ``translate`` settings known to :mod:`pseudopairs.translation` (which names the bad key)."""
+    """The ``translation`` section: present when a data set is a translation; every translated
+    data set's model (``translation_model``, else ``translation.model``) declared and translating
+    its languages; a named model's declaration sound (:class:`~.models.ModelDeclaration`); a
+    download's files named; the ``train`` and ``translate`` settings known."""
     datasets = config.get("datasets", {})
     translated = [name for name, ds in datasets.items() if "translation" in ds]
+    messages = [f"config key 'datasets.{name}.{MODEL_KEY}': only a translated data set (translation: ...) "
+                "names a translation model" for name, ds in datasets.items()
+                if MODEL_KEY in ds and "translation" not in ds]
     if "translation" not in config:
-        return [f"config key 'translation': required by the translated data set(s) {translated}"] if translated else []
+        return messages + ([f"config key 'translation': required by the translated data set(s) {translated}"]
+                           if translated else [])
     section = config["translation"]
-    model = section["model"]
-    messages = []
+    declared = M.declarations(config)
+    bad_declarations = M.declaration_errors(config)
+    messages += bad_declarations
     for name in translated:
         source = datasets.get(datasets[name]["translation"])
         if source is None:
             continue
-        if (source["lang"], datasets[name]["lang"]) != (model["source_lang"], model["target_lang"]):
-            messages.append(f"config key 'datasets.{name}': translates {source['lang']!r} -> "
-                            f"{datasets[name]['lang']!r}, but the model in 'translation.model' goes "
-                            f"{model['source_lang']!r} -> {model['target_lang']!r}")
-    if model["quantization"] not in QUANTIZATIONS:
-        messages.append(f"config key 'translation.model.quantization': {model['quantization']!r} is not "
-                        f"one of {list(QUANTIZATIONS)}")
-    messages += _model_source_errors(config, model)
+        messages += _dataset_model_errors(config, name, source["lang"], datasets[name]["lang"],
+                                          declared, sound=not bad_declarations)
+    model = section.get("model")
+    clc_tables = sorted({t for t, spec in config.get("tables", {}).items()
+                         for row in spec.get("rows", []) if row.get("clc")})
+    if model is None and clc_tables:
+        messages.append(f"config key 'translation.model': required by the CLC rows of {clc_tables} (their "
+                        "translation models are trained and converted like it)")
+    # the default model is checked where something uses it (a config layered over config.yaml
+    # keeps its demo model even when every data set names another)
+    default_used = clc_tables or any(MODEL_KEY not in datasets[name] for name in translated)
+    if model is not None and default_used:
+        if model["quantization"] not in QUANTIZATIONS:
+            messages.append(f"config key 'translation.model.quantization': {model['quantization']!r} is not "
+                            f"one of {list(QUANTIZATIONS)}")
+        messages += _model_source_errors(config, model)
     for settings, values in ((TrainSettings, section["train"]), (TranslateSection, section["translate"])):
         try:
             settings.from_dict(values)
@@ -57,6 +188,35 @@ def check(config: dict) -> list[str]:
             key, _, why = str(err).partition(": ")
             messages.append(f"config key '{key}': {why}")
     return messages
+
+
+def _dataset_model_errors(config: dict, name: str, source: str, target: str, declared: dict, *,
+                          sound: bool) -> list[str]:
+    chosen = config["datasets"][name].get(MODEL_KEY)
+    if chosen is None:
+        model = config["translation"].get("model")
+        if model is None:
+            return [f"config key 'datasets.{name}': no translation model: name one of translation.models "
+                    f"in '{MODEL_KEY}' (declared: {sorted(declared)}) or declare translation.model"]
+        if (source, target) != (model["source_lang"], model["target_lang"]):
+            return [f"config key 'datasets.{name}': translates {source!r} -> {target!r}, but the model in "
+                    f"'translation.model' goes {model['source_lang']!r} -> {model['target_lang']!r}"
+                    + (f"; name another in '{MODEL_KEY}'" if declared else "")]
+        return []
+    if chosen not in declared:
+        return [f"config key 'datasets.{name}.{MODEL_KEY}': unknown model {chosen!r} "
+                f"(translation.models declares {sorted(declared)})"]
+    if not sound:
+        return []
+    decl = M.declaration(config, chosen)
+    if decl.translates(source, target):
+        return []
+    if decl.languages is not None:
+        missing = [lang for lang in (source, target) if lang not in decl.languages]
+        return [f"config key '{M.model_key(chosen)}.languages': no code for {missing[0]!r}, which data set "
+                f"{name} translates {source} -> {target} into or from"]
+    return [f"config key 'datasets.{name}.{MODEL_KEY}': {chosen} translates {decl.directions_text()}, "
+            f"not {source} -> {target}"]
 
 
 def _model_source_errors(config: dict, model: dict) -> list[str]:

@@ -1,6 +1,8 @@
 """The ``convert-mt`` step: convert an OpenNMT-py Transformer checkpoint (3.x layout, or a
 1.x/2.x one, which is re-saved first) with CTranslate2's OpenNMT-py converter into a
-self-contained model directory."""
+self-contained model directory (``--spec``: a declared model of any format,
+:mod:`pseudopairs.translation.converters`), and :class:`ModelDir`, such a directory as the
+translation steps read it."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pseudopairs import commands
 from pseudopairs.io import atomic_directory
 from pseudopairs.translation.checkpoint import load_checkpoint
 from pseudopairs.translation.settings import QUANTIZATIONS
@@ -62,12 +63,31 @@ def convert_checkpoint(checkpoint: str | os.PathLike, output_dir: str | os.PathL
     3.x re-save, see :func:`load_checkpoint`), into ``output_dir`` atomically (a staging sibling
     renamed into place, replacing an older one). Tokenisers default to ``sentencepiece.model``
     beside the checkpoint. Returns the ``pseudopairs_mt.json`` written into the directory."""
+    output_dir = Path(output_dir)
+    with atomic_directory(output_dir) as tmp:
+        info = convert_opennmt_into(checkpoint, tmp, quantization=quantization, source_tokenizer=source_tokenizer,
+                                    target_tokenizer=target_tokenizer, model_id=model_id)
+        write_model_info(tmp, info)
+    log.info("converted %s (%s) -> %s [%s, quantization %s]", checkpoint, info["source"]["layout"], output_dir,
+             info["model_id"], quantization)
+    return info
+
+
+def write_model_info(directory: Path, info: dict) -> None:
+    (directory / MODEL_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def convert_opennmt_into(checkpoint: str | os.PathLike, tmp: Path, *, quantization: str = "none",
+                         source_tokenizer: str | os.PathLike | None = None,
+                         target_tokenizer: str | os.PathLike | None = None,
+                         model_id: str | None = None) -> dict:
+    """:func:`convert_checkpoint`'s work, into the staging directory ``tmp``: the converted model
+    and its tokeniser(s); returns the model description (not yet written)."""
     import ctranslate2
     import torch
     from ctranslate2.converters import OpenNMTPyConverter
 
     checkpoint = Path(checkpoint)
-    output_dir = Path(output_dir)
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"--quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}")
     default_tok = checkpoint.with_name(SHARED_TOKENIZER)
@@ -85,60 +105,67 @@ def convert_checkpoint(checkpoint: str | os.PathLike, output_dir: str | os.PathL
     shared = source_tokenizer.resolve() == target_tokenizer.resolve() or \
         sha256_file(source_tokenizer) == sha256_file(target_tokenizer)
 
-    with atomic_directory(output_dir) as tmp:
-        convert_from = checkpoint
+    convert_from = checkpoint
+    if loaded.needs_resave:
+        # Outside the final directory: the re-saved copy is only the converter's input.
+        resaved = Path(tempfile.mkdtemp(prefix=f".{tmp.name}.", suffix=".ckpt", dir=tmp.parent))
+        convert_from = resaved / "checkpoint.pt"
+        torch.save(loaded.checkpoint, convert_from)
+        log.info("%s: %s layout re-saved in the OpenNMT-py 3.x layout for conversion "
+                 "(pickled classes replaced by stand-ins: %s)", checkpoint, loaded.layout,
+                 ", ".join(loaded.stand_ins) or "none")
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            OpenNMTPyConverter(str(convert_from)).convert(
+                str(tmp), quantization=None if quantization == "none" else quantization, force=True)
+    except (ValueError, KeyError, NotImplementedError, pickle.UnpicklingError) as err:
+        raise ValueError(f"{checkpoint}: CTranslate2's OpenNMT-py converter refused it: "
+                         f"{type(err).__name__}: {err}") from err
+    finally:
         if loaded.needs_resave:
-            # Outside the final directory: the re-saved copy is only the converter's input.
-            resaved = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".ckpt", dir=output_dir.parent))
-            convert_from = resaved / "checkpoint.pt"
-            torch.save(loaded.checkpoint, convert_from)
-            log.info("%s: %s layout re-saved in the OpenNMT-py 3.x layout for conversion "
-                     "(pickled classes replaced by stand-ins: %s)", checkpoint, loaded.layout,
-                     ", ".join(loaded.stand_ins) or "none")
-        try:
-            with torch.serialization.safe_globals([argparse.Namespace]):
-                OpenNMTPyConverter(str(convert_from)).convert(
-                    str(tmp), quantization=None if quantization == "none" else quantization, force=True)
-        except (ValueError, KeyError, NotImplementedError, pickle.UnpicklingError) as err:
-            raise ValueError(f"{checkpoint}: CTranslate2's OpenNMT-py converter refused it: "
-                             f"{type(err).__name__}: {err}") from err
-        finally:
-            if loaded.needs_resave:
-                shutil.rmtree(convert_from.parent, ignore_errors=True)
-        if shared:
-            shutil.copyfile(source_tokenizer, tmp / SHARED_TOKENIZER)
-            tokenizers = {"source": SHARED_TOKENIZER, "target": SHARED_TOKENIZER}
-        else:
-            shutil.copyfile(source_tokenizer, tmp / SOURCE_TOKENIZER)
-            shutil.copyfile(target_tokenizer, tmp / TARGET_TOKENIZER)
-            tokenizers = {"source": SOURCE_TOKENIZER, "target": TARGET_TOKENIZER}
-        opt = loaded.checkpoint["opt"]
-        info = {
-            "format": 1,
-            "model_id": model_id,
-            "source": {"checkpoint": str(checkpoint.resolve()), "sha256": digest,
-                       "size": checkpoint.stat().st_size, "layout": loaded.layout},
-            "quantization": quantization,
-            "converter": {"class": "ctranslate2.converters.OpenNMTPyConverter",
-                          "ctranslate2": ctranslate2.__version__, "torch": torch.__version__},
-            "tokenizer": {"type": "sentencepiece", **tokenizers,
-                          "source_sha256": sha256_file(source_tokenizer),
-                          "target_sha256": sha256_file(target_tokenizer),
-                          "vocabulary_coverage": {k: round(v, 4) for k, v in coverage.items()}},
-            "architecture": {key: getattr(opt, key, None) for key in
-                             ("encoder_type", "enc_layers", "dec_layers", "heads", "hidden_size",
-                              "rnn_size", "transformer_ff")},
-            "vocabulary": {"source": len(vocab["src"]), "target": len(vocab["tgt"])},
-        }
-        (tmp / MODEL_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    log.info("converted %s (%s) -> %s [%s, quantization %s]", checkpoint, loaded.layout, output_dir,
-             model_id, quantization)
-    return info
+            shutil.rmtree(convert_from.parent, ignore_errors=True)
+    tokenizers = copy_tokenizers(tmp, source_tokenizer, target_tokenizer, shared=shared)
+    opt = loaded.checkpoint["opt"]
+    return {
+        "format": 1,
+        "model_id": model_id,
+        "source": {"checkpoint": str(checkpoint.resolve()), "sha256": digest,
+                   "size": checkpoint.stat().st_size, "layout": loaded.layout},
+        "quantization": quantization,
+        "converter": {"class": "ctranslate2.converters.OpenNMTPyConverter",
+                      "ctranslate2": ctranslate2.__version__, "torch": torch.__version__},
+        "tokenizer": {"type": "sentencepiece", **tokenizers,
+                      "source_sha256": sha256_file(source_tokenizer),
+                      "target_sha256": sha256_file(target_tokenizer),
+                      "vocabulary_coverage": {k: round(v, 4) for k, v in coverage.items()}},
+        "architecture": {key: getattr(opt, key, None) for key in
+                         ("encoder_type", "enc_layers", "dec_layers", "heads", "hidden_size",
+                          "rnn_size", "transformer_ff")},
+        "vocabulary": {"source": len(vocab["src"]), "target": len(vocab["tgt"])},
+    }
+
+
+def copy_tokenizers(directory: Path, source: Path, target: Path, *, shared: bool) -> dict[str, str]:
+    """Copy the SentencePiece model(s) into a model directory; their names there."""
+    if shared:
+        shutil.copyfile(source, directory / SHARED_TOKENIZER)
+        return {"source": SHARED_TOKENIZER, "target": SHARED_TOKENIZER}
+    shutil.copyfile(source, directory / SOURCE_TOKENIZER)
+    shutil.copyfile(target, directory / TARGET_TOKENIZER)
+    return {"source": SOURCE_TOKENIZER, "target": TARGET_TOKENIZER}
 
 
 @dataclass
 class ModelDir:
-    """A ``convert-mt`` output: CTranslate2 model files, tokenisers and ``pseudopairs_mt.json``."""
+    """A ``convert-mt`` output: CTranslate2 model files, tokenisers and ``pseudopairs_mt.json``.
+
+    The description may also say (models converted from a declaration, ``convert-mt --spec``)
+    which languages the model translates (``pair``, or ``languages``: language -> the model's
+    token) and the special tokens around the SentencePiece pieces (``tokens``: ``source_prefix``,
+    ``source_suffix``, ``target_prefix``, with ``{source}`` / ``{target}`` standing for a
+    language's token, and the ``special`` tokens a translation drops). Without them (the
+    OpenNMT-py conversions of ``convert-mt --checkpoint``) the pieces go in bare and any
+    languages are taken."""
 
     path: Path
     info: dict
@@ -148,6 +175,66 @@ class ModelDir:
     @property
     def model_id(self) -> str:
         return self.info["model_id"]
+
+    @property
+    def tokens(self) -> dict:
+        return self.info.get("tokens") or {}
+
+    def _key(self) -> str:
+        return self.info.get("config_key") or f"the model {self.model_id} ({self.path})"
+
+    def check_languages(self, source_lang: str, target_lang: str) -> None:
+        """That the model translates ``source_lang`` -> ``target_lang``; else an error naming the
+        config key that declares it."""
+        languages, pair = self.info.get("languages"), self.info.get("pair")
+        key = self._key()
+        if languages is not None:
+            for lang in (source_lang, target_lang):
+                if lang not in languages:
+                    raise ValueError(f"{key}: the model has no code for language {lang!r} (it is declared "
+                                     f"for {sorted(languages)}; add it to {key}.languages)")
+            if source_lang == target_lang:
+                raise ValueError(f"{key}: source and target language are both {source_lang!r}")
+        elif pair is not None and tuple(pair) != (source_lang, target_lang):
+            raise ValueError(f"{key}: the model translates {pair[0]} -> {pair[1]}, not "
+                             f"{source_lang} -> {target_lang}")
+
+    def _fill(self, template: list[str], source_lang: str | None, target_lang: str | None) -> list[str]:
+        languages = self.info.get("languages") or {}
+        out = []
+        for token in template:
+            if token in ("{source}", "{target}"):
+                lang = source_lang if token == "{source}" else target_lang
+                if lang not in languages:
+                    raise ValueError(f"{self._key()}: the model has no code for language {lang!r}")
+                out.append(languages[lang])
+            else:
+                out.append(token)
+        return out
+
+    def source_affixes(self, source_lang: str | None = None,
+                       target_lang: str | None = None) -> tuple[list[str], list[str]]:
+        """The tokens before and after a sentence's pieces."""
+        tokens = self.tokens
+        return (self._fill(tokens.get("source_prefix", []), source_lang, target_lang),
+                self._fill(tokens.get("source_suffix", []), source_lang, target_lang))
+
+    def target_prefix(self, source_lang: str | None = None, target_lang: str | None = None) -> list[str]:
+        """The tokens the translation is forced to begin with (NLLB's and M2M100's target language)."""
+        return self._fill(self.tokens.get("target_prefix", []), source_lang, target_lang)
+
+    def decode(self, outputs: list[list[str]], *, prefix: list[str]) -> list[str]:
+        """Translations' tokens to text: the forced prefix and the special tokens dropped, the
+        rest decoded by the target SentencePiece model."""
+        if not self.tokens:
+            return self.target_tokenizer.decode(outputs)
+        special = set(self.tokens.get("special", []))
+        n = len(prefix)
+        outputs = [[t for t in (out[n:] if out[:n] == prefix else out) if t not in special] for out in outputs]
+        # A piece the target SentencePiece model lacks (a joint vocabulary's source-side piece)
+        # is decoded as it is written: its word-boundary mark becomes a space, as the models' own
+        # tokenizers do.
+        return [text.replace("\u2581", " ").strip() for text in self.target_tokenizer.decode(outputs)]
 
 
 def open_model_dir(path: str | os.PathLike) -> ModelDir:
@@ -167,6 +254,10 @@ def open_model_dir(path: str | os.PathLike) -> ModelDir:
     if not isinstance(info, dict) or not isinstance(info.get("model_id"), str) \
             or not isinstance(info.get("tokenizer"), dict):
         raise ValueError(f"{info_path}: corrupt model description (model_id/tokenizer missing)")
+    tokens = info.get("tokens")
+    if tokens is not None and (not isinstance(tokens, dict) or not all(
+            isinstance(v, list) and all(isinstance(t, str) for t in v) for v in tokens.values())):
+        raise ValueError(f"{info_path}: corrupt model description (tokens = {tokens!r})")
     for name in ("model.bin", "config.json"):
         if not (path / name).is_file():
             raise ValueError(f"{path}: incomplete CTranslate2 model ({name} is missing)")
@@ -178,32 +269,3 @@ def open_model_dir(path: str | os.PathLike) -> ModelDir:
         tokenizers[side] = SentencePieceTokenizer(path / name)
     return ModelDir(path=path, info=info, source_tokenizer=tokenizers["source"],
                     target_tokenizer=tokenizers["target"])
-
-
-def _cmd_convert_mt(args: argparse.Namespace) -> int:
-    if args.tokenizer and (args.source_tokenizer or args.target_tokenizer):
-        raise ValueError("give either --tokenizer or --source-tokenizer/--target-tokenizer")
-    source = args.source_tokenizer or args.tokenizer
-    target = args.target_tokenizer or args.tokenizer
-    if (args.source_tokenizer is None) != (args.target_tokenizer is None):
-        raise ValueError("--source-tokenizer and --target-tokenizer go together")
-    info = convert_checkpoint(args.checkpoint, args.output_dir, quantization=args.quantization,
-                              source_tokenizer=source, target_tokenizer=target, model_id=args.model_id)
-    print(f"convert-mt: {info['model_id']} ({info['source']['layout']}, quantization "
-          f"{info['quantization']}) -> {args.output_dir}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "convert-mt", _cmd_convert_mt, description=__doc__,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="OpenNMT-py .pt checkpoint")
-    p.add_argument("--output-dir", required=True, help="CTranslate2 model directory (replaced atomically)")
-    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
-                   help="weight type of the converted model (default: none = as saved)")
-    p.add_argument("--tokenizer", default=None,
-                   help=f"shared SentencePiece model (default: {SHARED_TOKENIZER} beside the checkpoint)")
-    p.add_argument("--source-tokenizer", default=None, help="source SentencePiece model (with --target-tokenizer)")
-    p.add_argument("--target-tokenizer", default=None, help="target SentencePiece model")
-    p.add_argument("--model-id", default=None,
-                   help="identifier recorded with every translation (default: checkpoint name + SHA-256 prefix)")

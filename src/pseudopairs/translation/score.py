@@ -34,7 +34,8 @@ def default_output(model_dir: str | os.PathLike, source: str | os.PathLike) -> P
     return model_dir.with_name(f"{model_dir.name}.{stem}.bleu.json")
 
 
-def _translate(model, sources: list[str], settings: TranslateSettings) -> tuple[list[str], dict]:
+def _translate(model, sources: list[str], settings: TranslateSettings, *, source_lang: str | None = None,
+               target_lang: str | None = None) -> tuple[list[str], dict]:
     """Translate as ``translate-captions`` does: chunk by chunk (``settings.chunk_size``; batches
     never cross a chunk boundary), so the translations are the ones the pipeline gets."""
     translator = load_translator(model, settings)
@@ -43,7 +44,8 @@ def _translate(model, sources: list[str], settings: TranslateSettings) -> tuple[
     try:
         for lo in range(0, len(sources), settings.chunk_size):
             raw, chunk = translate_texts(translator, model, sources[lo:lo + settings.chunk_size],
-                                         settings=settings, row_offset=lo)
+                                         settings=settings, row_offset=lo, source_lang=source_lang,
+                                         target_lang=target_lang)
             translations += raw
             for name in ("empty", "truncated", "target_tokens"):
                 stats[name] += chunk[name]
@@ -56,7 +58,8 @@ def _translate(model, sources: list[str], settings: TranslateSettings) -> tuple[
 
 def score_mt(*, model_dir: str | os.PathLike, source: str | os.PathLike, reference: str | os.PathLike,
              settings: TranslateSettings, output: str | os.PathLike | None = None,
-             hypotheses: str | os.PathLike | None = None, command: str | None = None) -> dict:
+             hypotheses: str | os.PathLike | None = None, command: str | None = None,
+             source_lang: str | None = None, target_lang: str | None = None) -> dict:
     """Translate ``source`` (plain text, one sentence per line, optionally gzipped) with the
     converted model in ``model_dir`` and the decoding ``settings`` of ``translate-captions``,
     score the detokenised translations with sacreBLEU (13a tokenisation, exp smoothing, one
@@ -69,9 +72,16 @@ def score_mt(*, model_dir: str | os.PathLike, source: str | os.PathLike, referen
     if not sources:
         raise ValueError(f"the test files {source} and {reference} are empty")
     model = open_model_dir(model_dir)
+    pair = model.info.get("pair")
+    if source_lang is None and target_lang is None and pair is not None:
+        source_lang, target_lang = pair
+    if model.info.get("languages") is not None and None in (source_lang, target_lang):
+        raise ValueError(f"{model.path}: a multilingual model; give --source-lang and --target-lang")
+    if source_lang is not None or target_lang is not None:
+        model.check_languages(source_lang, target_lang)
     output = Path(output) if output is not None else default_output(model.path, source)
     device, compute = resolve_device(settings)
-    translations, stats = _translate(model, sources, settings)
+    translations, stats = _translate(model, sources, settings, source_lang=source_lang, target_lang=target_lang)
     seconds = time.time() - started
     if stats["truncated"]:
         log.warning("%d source sentence(s) longer than translation.translate.max_input_tokens=%d "
@@ -102,7 +112,7 @@ def _cmd_score_mt(args: argparse.Namespace) -> int:
     output = args.output if args.output is not None else default_output(args.model, args.source)
     result = score_mt(model_dir=args.model, source=args.source, reference=args.reference,
                       settings=settings, output=output, hypotheses=args.hypotheses,
-                      command=_command_line())
+                      command=_command_line(), source_lang=args.source_lang, target_lang=args.target_lang)
     print(f"score-mt: BLEU {result['bleu']:.2f} on {result['sentences']} sentences "
           f"({result['signature']}) -> {output}")
     return 0
@@ -115,6 +125,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--source", required=True,
                    help="test source sentences, one per line (raw UTF-8 text, optionally gzipped)")
     p.add_argument("--reference", required=True, help="reference translations, aligned by line")
+    p.add_argument("--source-lang", default=None,
+                   help="source language (needed for a multilingual model; default: a one-direction model's)")
+    p.add_argument("--target-lang", default=None, help="target language (with --source-lang)")
     add_translate_options(p)
     p.add_argument("--output", default=None,
                    help="BLEU JSON (default: MODEL.TEST.bleu.json beside the model directory, TEST "

@@ -107,26 +107,37 @@ def translation_options(settings: TranslateSettings) -> dict[str, Any]:
 
 
 def translate_texts(translator, model: ModelDir, texts: Sequence[str], *, settings: TranslateSettings,
-                    row_offset: int = 0) -> tuple[list[str], dict[str, Any]]:
+                    row_offset: int = 0, source_lang: str | None = None,
+                    target_lang: str | None = None) -> tuple[list[str], dict[str, Any]]:
     """Translate raw sentences in order with ``translate_iterable``: SentencePiece encoding,
-    truncation at ``max_input_tokens``, token-based batches, SentencePiece decoding. Empty (or
-    whitespace-only) sentences translate to ``""`` without reaching the model. Returns the
-    translations and counts (``empty``, ``truncated``, ``first_truncated``, ``target_tokens``)."""
+    truncation at ``max_input_tokens`` pieces, the model's tokens around them (a language token,
+    ``</s>``: :meth:`ModelDir.source_affixes`) and the target prefix it must begin with (NLLB's,
+    M2M100's target language), token-based batches, decoding without the prefix and special
+    tokens. Empty (or whitespace-only) sentences translate to ``""`` without reaching the model.
+    Returns the translations and counts (``empty``, ``truncated``, ``first_truncated``,
+    ``target_tokens``)."""
     stripped = [t.strip() for t in texts]
     pieces = model.source_tokenizer.encode(stripped)
     todo = [i for i, p in enumerate(pieces) if p]
     truncated = [i for i in todo if len(pieces[i]) > settings.max_input_tokens]
     for i in truncated:
         pieces[i] = pieces[i][:settings.max_input_tokens]
+    before, after = model.source_affixes(source_lang, target_lang)
+    prefix = model.target_prefix(source_lang, target_lang)
+    options = translation_options(settings)
+    if prefix:
+        options["target_prefix"] = (prefix for _ in todo)
     outputs: list[list[str]] = [[] for _ in texts]
     if todo:
-        results = translator.translate_iterable((pieces[i] for i in todo), **translation_options(settings))
+        sources = (before + pieces[i] + after for i in todo) if before or after else (pieces[i] for i in todo)
+        results = translator.translate_iterable(sources, **options)
         for i, result in zip(todo, results):
             outputs[i] = result.hypotheses[0]
+    translations = model.decode(outputs, prefix=prefix)
     stats = {"empty": len(texts) - len(todo), "truncated": len(truncated),
              "first_truncated": (row_offset + truncated[0]) if truncated else None,
              "target_tokens": sum(len(o) for o in outputs)}
-    return model.target_tokenizer.decode(outputs), stats
+    return translations, stats
 
 
 @dataclass
@@ -289,9 +300,10 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
                      dataset=dataset, case=case, truecase_model=truecase_model)
     if table and case is None:
         case = "lowercase"
+    model = open_model_dir(model_dir)
+    model.check_languages(source_lang, target_lang)
     source = _read_table(captions, source_lang) if table else _read_text(captions)
 
-    model = open_model_dir(model_dir)
     device, compute = resolve_device(settings)
     fingerprint = translation_fingerprint(model, settings, device=device, compute=compute,
                                           source_lang=source_lang, target_lang=target_lang,
@@ -305,6 +317,7 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
                  chunk_dir, sum(bounds[k][1] - bounds[k][0] for k in pending))
     if pending:
         _run_pending(pending, bounds=bounds, digests=digests, texts=source.texts, chunks=chunks, model=model,
+                     source_lang=source_lang,
                      settings=settings, chunk_dir=chunk_dir, fingerprint=fingerprint,
                      target_lang=target_lang, case=case, truecase_model=truecase_model, progress=progress)
 
@@ -343,7 +356,7 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
     return run
 
 
-def _run_pending(pending: list[int], *, bounds, digests, texts, chunks, model: ModelDir,
+def _run_pending(pending: list[int], *, bounds, digests, texts, chunks, model: ModelDir, source_lang: str,
                  settings: TranslateSettings, chunk_dir: Path, fingerprint: str, target_lang: str,
                  case: str | None, truecase_model: Path | None, progress: bool) -> None:
     """Translate the pending chunks in a background thread and prepare (``case`` None: keep the
@@ -372,7 +385,8 @@ def _run_pending(pending: list[int], *, bounds, digests, texts, chunks, model: M
                     if stop.is_set():
                         return
                     lo, hi = bounds[k]
-                    raw, stats = translate_texts(translator, model, texts[lo:hi], settings=settings, row_offset=lo)
+                    raw, stats = translate_texts(translator, model, texts[lo:hi], settings=settings, row_offset=lo,
+                                                 source_lang=source_lang, target_lang=target_lang)
                     if not put((k, raw, stats)):
                         return
                 put(_DONE)
