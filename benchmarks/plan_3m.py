@@ -16,6 +16,10 @@ It writes, in a scratch folder:
    plan of a read corpus: every manifest refreshed (the image lists' shard column read, each shard
    stat'ed), each caption table's languages counted for the pseudopair set's check.
 
+3. the per-image cost of refreshing an imagefolder's split manifests at each parse (a ``stat``
+   per image once the corpus is read; its digest comes from the stamps), measured on
+   ``--stat-files`` real files and extrapolated to N.
+
 Each dry run's wall time and peak resident memory (GNU ``/usr/bin/time``'s maximum resident set
 of the snakemake process) are printed with the ratio to a plain ``--list-rules`` (the parse floor).
 """
@@ -116,6 +120,23 @@ def webdataset(folder: Path, work: Path, n: int, results: str) -> int:
     return n_shards
 
 
+def refresh_per_file(folder: Path, n: int) -> float:
+    """Seconds per image of an imagefolder manifest's refresh at parse time (stat each file, its
+    digest kept from the stamps): measured on ``n`` real (tiny) files, to extrapolate."""
+    from pseudopairs.data.manifest import image_manifest, refresh_manifest, write_manifest
+
+    names = [f"{i // 10_000:05d}/{i:09d}.jpg" for i in range(n)]
+    for name in names:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\xff\xd8" + name.encode())
+    pd.DataFrame({"image_id": names, "path": names}).to_parquet(folder / "list.parquet", index=False)
+    write_manifest(folder / "m.json", *image_manifest(folder / "list.parquet", folder))
+    start = time.perf_counter()
+    assert refresh_manifest(folder / "list.parquet", folder / "m.json", folder) is False
+    return (time.perf_counter() - start) / n
+
+
 def config(base: dict, photos: dict, path: Path) -> Path:
     cfg = {**base, "corpora": {**base["corpora"], "photos": photos}}
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
@@ -127,6 +148,8 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument("--scratch", type=Path, default=None, help="where to write (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--stat-files", type=int, default=100_000,
+                        help="real files for the per-image cost of an imagefolder manifest's refresh (0: skip)")
     args = parser.parse_args()
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="plan_3m."))
     base = yaml.safe_load((REPO / "config" / "own-data.yaml").read_text(encoding="utf-8"))
@@ -163,6 +186,11 @@ def main() -> int:
               f"({fresh[0] / floor[0]:.2f} x the floor), peak {fresh[1]:.0f} MB")
         print(f"dry run, webdataset of {args.rows:,} samples in {n_shards} shards, read: {read[0]:.1f} s "
               f"({read[0] / floor[0]:.2f} x the floor), peak {read[1]:.0f} MB; photos read again: {planned}")
+        if args.stat_files:
+            per_file = refresh_per_file(scratch / "stat", args.stat_files)
+            print(f"an imagefolder's manifests refreshed at parse: {per_file * 1e6:.1f} µs per image "
+                  f"(measured on {args.stat_files:,} files) -> {per_file * args.rows:.1f} s for {args.rows:,} "
+                  "images (extrapolated); a webdataset's: per shard")
     finally:
         if not args.keep and args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -89,14 +89,17 @@ def file_manifest(names: Sequence[str], root: str | os.PathLike | None = None, *
 
 
 def image_list_files(images: str | os.PathLike) -> tuple[list[str], int]:
-    """The files an image list (``image_id, path`` Parquet) names, each once, and its image count."""
-    import pandas as pd
+    """The files an image list (``image_id, path`` Parquet) names, each once in first-seen order,
+    and its image count (the column deduplicated by Arrow: a webdataset's 3 million rows in a few
+    hundred shards never become 3 million Python strings)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
     from pseudopairs.io import reading
 
     with reading(images, "an image list (Parquet: image_id, path)"):
-        paths = pd.read_parquet(images, columns=["path"])["path"].astype(str).tolist()
-    return list(dict.fromkeys(paths)), len(paths)
+        column = pq.read_table(images, columns=["path"]).column("path")
+    return [str(name) for name in pc.unique(column).to_pylist()], len(column)
 
 
 def image_manifest(images: str | os.PathLike, root: str | os.PathLike | None = None, *,
