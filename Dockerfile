@@ -35,6 +35,7 @@ RUN python -m pip install \
         ctranslate2==4.8.5 \
         sacrebleu==2.6.0 \
         sentencepiece==0.2.3 \
+        icu4py==1.2.0 \
         matplotlib==3.11.2 \
         nvidia-cublas-cu12==12.8.4.1 \
     && python -c "import torch, torchvision, ctranslate2, pandas, pyarrow, sacremoses, matplotlib"

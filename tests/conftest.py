@@ -14,6 +14,27 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
+def _stand_in_torch_home() -> None:
+    """Plans of config/paper.yaml have features jobs that read ResNet50's ImageNet weights from the
+    torch hub cache, and a plan whose cache lacks them is refused while the DAG is built (dry runs
+    too; pseudopairs.features.contract.missing_weights). Unless TORCH_HOME is set, the tests plan
+    with a cache holding an empty file of that name: no test runs those jobs (a test of the
+    refusal sets TORCH_HOME itself)."""
+    if "TORCH_HOME" in os.environ:
+        return
+    import atexit
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="pseudopairs-torch-home-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    (home / "hub" / "checkpoints").mkdir(parents=True)
+    (home / "hub" / "checkpoints" / "resnet50-0676ba61.pth").write_bytes(b"")
+    os.environ["TORCH_HOME"] = str(home)
+
+
+_stand_in_torch_home()
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

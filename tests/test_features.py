@@ -445,16 +445,25 @@ def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
     assert str(tmp_path / "torch_home") in message
     assert not (tmp_path / "torch_home" / "hub" / "checkpoints").exists()
 
-    # With a file in the cache (here: a seeded resnet50 under the official file name) it is used.
+    # A file under the official name whose SHA-256 does not begin with the name's hash (here: a
+    # seeded resnet50 of ours, as a truncated or replaced download would be) is refused, named.
     cached = N.imagenet_checkpoint_path()
     assert cached.parent == tmp_path / "torch_home" / "hub" / "checkpoints"
-    assert cached.name.startswith("resnet50-") and cached.suffix == ".pth"
+    assert cached.name == "resnet50-0676ba61.pth"
     from torchvision.models import resnet50
 
     torch.manual_seed(11)
     model = resnet50()
     cached.parent.mkdir(parents=True)
     torch.save(model.state_dict(), cached)
+    with pytest.raises(ValueError, match=rf"{cached}: its SHA-256 .* does not begin with 0676ba61"):
+        F.extract_features(frame, settings=settings(weights="imagenet"), progress=False)
+
+    # With the hash check standing aside (the real file's hash cannot be forged here; the check
+    # itself: test_hub_files_are_checked_against_the_hash_in_their_name) the cached file is used.
+    from pseudopairs.features import backbones
+
+    monkeypatch.setattr(backbones, "verify_hub_file", lambda path: None)
     model.fc = torch.nn.Identity()
     result = F.extract_features(frame, settings=settings(weights="imagenet"), progress=False)
     np.testing.assert_allclose(result.features, reference_features(frame["path"], model=model),
@@ -468,6 +477,28 @@ def test_imagenet_weights_come_from_the_hub_cache_only(tmp_path, monkeypatch):
     ours = N.load_weights("imagenet")
     assert official.keys() == ours.keys() and "fc.weight" in ours
     assert all(torch.equal(official[k], ours[k]) for k in ours)
+
+
+def test_hub_files_are_checked_against_the_hash_in_their_name(tmp_path):
+    """torch.hub's rule: the hex digits after the last '-' of a checkpoint's name begin its
+    SHA-256; a file that fails it is refused naming the file, one that passes is accepted."""
+    import hashlib
+
+    from pseudopairs.features import backbones
+
+    payload = b"weights of a tiny network"
+    digest = hashlib.sha256(payload).hexdigest()
+    good = tmp_path / f"tiny-{digest[:8]}.pth"
+    good.write_bytes(payload)
+    backbones.verify_hub_file(good)                     # passes
+    bad = tmp_path / f"tiny-{digest[:7]}0.pth" if digest[7] != "0" else tmp_path / f"tiny-{digest[:7]}1.pth"
+    bad.write_bytes(payload)
+    with pytest.raises(ValueError, match=rf"features\.weights: {bad}: its SHA-256 {digest[:16]}"):
+        backbones.verify_hub_file(bad)
+    truncated = tmp_path / f"tiny-{digest[:8]}-copy-{digest[:8]}.pth"
+    truncated.write_bytes(payload[:-1])
+    with pytest.raises(ValueError, match="truncated or replaced"):
+        backbones.verify_hub_file(truncated)
 
 
 def test_cli_writes_outputs_and_removes_shards(tmp_path, monkeypatch):

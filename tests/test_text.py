@@ -31,13 +31,14 @@ import pandas as pd
 import pytest
 
 from pseudopairs.data import text as T
+from pseudopairs.data import text_step
 from pseudopairs.data import vocab as V
 from pseudopairs.io import CAPTION_COLUMNS, RAW_CAPTION_COLUMNS
 
 DATA = Path(__file__).parent / "data" / "text"
 
 
-def run_cli(*argv: str, module=T):
+def run_cli(*argv: str, module=text_step):
     """Run one ``pseudopairs`` sub-command of ``module`` (text by default) in-process."""
     parser = argparse.ArgumentParser(prog="pseudopairs")
     sub = parser.add_subparsers(dest="command", required=True)

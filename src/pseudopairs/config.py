@@ -52,11 +52,22 @@ def _set_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
+def _telling(error):
+    """For a value no branch of a ``oneOf``/``anyOf`` takes, the error of the branch that took its
+    type (the deepest one that is not a wrong type), instead of "not valid under any of the given
+    schemas"."""
+    if error.validator not in ("oneOf", "anyOf") or not error.context:
+        return error
+    errors = [e for e in error.context if e.validator != "type"] or list(error.context)
+    return _telling(max(errors, key=lambda e: len(e.absolute_path)))
+
+
 def _schema_errors(config: dict, schema: dict) -> list[str]:
     validator_class = _set_defaults(jsonschema.validators.validator_for(schema))
     validator = validator_class(schema)
     messages = []
     for error in sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path)):
+        error = _telling(error)
         where = _key(error.absolute_path)
         if error.validator == "additionalProperties":
             extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))

@@ -225,24 +225,37 @@ def read_pairs(path: str | os.PathLike, columns: list[str] | None = None) -> pd.
 FEATURE_FORMATS = (".npz", ".parquet")
 
 
-def save_features(path: str | os.PathLike, *, image_ids: list[str], features) -> None:
+BACKBONE_KEY = "backbone"  # the features file's record of its network (save_features)
+
+
+def save_features(path: str | os.PathLike, *, image_ids: list[str], features,
+                  backbone: dict | None = None) -> None:
     """Write image features atomically: ``.npz`` (keys ``image_id``, ``features``) or ``.parquet``
-    (column ``image_id`` then one column per dimension, ``f0000`` …). The dtype is kept."""
+    (column ``image_id`` then one column per dimension, ``f0000`` …). The dtype is kept.
+    ``backbone``: the network's record (``arch``, ``dim`` …; :func:`feature_backbone` reads it),
+    as JSON under the npz key ``backbone`` or in the Parquet file's pandas attrs."""
     import numpy as np
 
     path = Path(path)
     features = np.asarray(features)
     if features.ndim != 2 or features.shape[0] != len(image_ids):
         raise ValueError(f"{path}: {len(image_ids)} ids but features of shape {features.shape}")
+    if backbone is not None and int(backbone.get("dim", features.shape[1])) != features.shape[1]:
+        raise ValueError(f"{path}: backbone {backbone.get('arch')} records dim {backbone['dim']} but the "
+                         f"features have {features.shape[1]} columns")
+    record = {} if backbone is None else {BACKBONE_KEY: json.dumps(backbone, sort_keys=True)}
     if path.suffix == ".npz":
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as handle:
-                np.savez(handle, image_id=np.asarray(image_ids, dtype=str), features=features)
+                np.savez(handle, image_id=np.asarray(image_ids, dtype=str), features=features,
+                         **{key: np.asarray(value) for key, value in record.items()})
     elif path.suffix == ".parquet":
         columns = {"image_id": pd.Series(list(image_ids), dtype=str)}
         for j in range(features.shape[1]):
             columns[f"f{j:04d}"] = features[:, j]
-        write_parquet_atomic(path, pd.DataFrame(columns))
+        frame = pd.DataFrame(columns)
+        frame.attrs.update(record)
+        write_parquet_atomic(path, frame)
     else:
         raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")
 
@@ -287,3 +300,71 @@ def load_features(path: str | os.PathLike):
             ids = frame.pop("image_id").astype(str).tolist()
             return ids, frame.to_numpy()
     raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")
+
+
+def feature_backbone(path: str | os.PathLike) -> dict | None:
+    """The network record a features file holds (``arch``, ``dim``, ``weights`` …; written by the
+    features step), or None for a file written without one."""
+    import numpy as np
+
+    path = Path(path)
+    fix = "delete it and rerun the features step"
+    if path.suffix == ".npz":
+        with reading(path, "a feature file (.npz)", fix=fix):
+            with np.load(path, allow_pickle=False) as data:
+                text = str(data[BACKBONE_KEY]) if BACKBONE_KEY in data.files else None
+    elif path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        with reading(path, "a feature file (Parquet)", fix=fix):
+            meta = pq.read_schema(path).metadata or {}
+        attrs = json.loads(meta[b"PANDAS_ATTRS"]) if b"PANDAS_ATTRS" in meta else {}
+        text = attrs.get(BACKBONE_KEY)
+    else:
+        raise ValueError(f"{path}: feature files must end in one of {FEATURE_FORMATS}")
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"{path}: unreadable backbone record ({err}); {fix}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("dim"), int):
+        raise ValueError(f"{path}: the backbone record {text[:80]!r} has no integer dim; {fix}")
+    return record
+
+
+def _describe_backbone(record: dict) -> str:
+    arch = record.get("arch")
+    return f"{record['dim']}-d" + (f" {arch} ({record.get('weights')})" if arch else "")
+
+
+def check_feature_files(widths: dict[str, int], *, image_dim: int | None = None,
+                        model: str | None = None) -> dict | None:
+    """The features files one step reads (path -> columns loaded) come from one network: each
+    file's backbone record (:func:`feature_backbone`) matches its columns, all records name the
+    same model, size and weights, and (``image_dim``) the size is the one ``model`` (a checkpoint)
+    was trained on. Returns the network's record (None where no file has one); a mismatch is a
+    ``ValueError`` naming the files and their networks."""
+    records: dict[str, dict] = {}
+    for path, width in widths.items():
+        record = feature_backbone(path)
+        if record is not None and record["dim"] != int(width):
+            raise ValueError(f"{path}: recorded as {_describe_backbone(record)} features but holds "
+                             f"{width} columns; delete it and rerun the features step")
+        records[str(path)] = record if record is not None else {"dim": int(width)}
+    networks = {(r["dim"], r.get("arch"), r.get("weights")) if r.get("arch") else (r["dim"],)
+                for r in records.values()}
+    dims = {r["dim"] for r in records.values()}
+    named = {key for key in networks if len(key) > 1}
+    if len(dims) > 1 or len(named) > 1:
+        listed = "; ".join(f"{path}: {_describe_backbone(r)}" for path, r in records.items())
+        raise ValueError(f"image features of different networks in one step ({listed}); give every "
+                         "corpus features of the same features.arch and weights")
+    found = next((r for r in records.values() if r.get("arch")), None)
+    if image_dim is not None and dims and next(iter(dims)) != int(image_dim):
+        what = _describe_backbone(found) if found else f"{next(iter(dims))}-d"
+        raise ValueError(f"{model or 'the model'} takes {image_dim}-d image features, but "
+                         f"{', '.join(records)} hold{'s' if len(records) == 1 else ''} {what} features: "
+                         "it was trained on another features.arch; retrain it on these features or "
+                         "give it the features it was trained on")
+    return found

@@ -63,6 +63,11 @@ def truecase_model(lang: str) -> str:
     return f"{RESULTS}/text/truecase.{lang}.model"
 
 
+def sentencepiece_model(lang: str) -> str:
+    """A language's SentencePiece tokenizer trained on its training captions (text.tokenizers)."""
+    return f"{RESULTS}/text/sentencepiece.{lang}.model"
+
+
 def model_dir(experiment: str, seed: int | str) -> str:
     return f"{RESULTS}/models/{experiment}/seed{seed}"
 

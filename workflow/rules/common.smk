@@ -14,6 +14,7 @@ from pseudopairs import rounds as chains_of_rounds
 from pseudopairs import seed_blocks as blocks
 from pseudopairs.data import contract as data_contract
 from pseudopairs.data import corpora
+from pseudopairs.data import text_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.features import contract as features_contract
 from pseudopairs.mining import contract as mining_contract
@@ -280,39 +281,31 @@ def method_check_outputs():
     return [layout.method_check()] if config.get("method_check", {}).get("effects") else []
 
 
-def truecaser_inputs():
-    return [layout.raw_captions(corpus, "train") for corpus in data_contract.text_corpora(config)]
-
-
 def selection_dataset_pattern():
     names = data_contract.selection_datasets(config)
     return one_of(names)
 
 
-def text_langs():
-    """Languages whose captions are prepared (truecaser models are trained for these)."""
-    langs = {d["lang"] for d in config["datasets"].values()}
-    langs.update(config["evaluation"]["translation_langs"])
-    if WORLD:  # the demo world's translation portion (m30k_task1) has French and Czech too
-        langs.update(("fr", "cs"))
-    return sorted(langs)
+# Text preparation (pseudopairs.data.text_contract: languages, tokenizers, truecasers)
 
 
 def truecase_inputs(wildcards):
-    if config["text"]["case"] != "truecase":
-        return []
-    return [layout.truecase_model(lang) for lang in text_langs()]
+    """prepare_captions' model files: truecasers and trained tokenizers of every language."""
+    return text_contract.prepare_inputs(config)
 
 
 def truecase_args(wildcards, input):
-    """``--truecase-model LANG=PATH`` per language, as a list (each item quoted in the shell)."""
-    if config["text"]["case"] != "truecase":
-        return []
-    return [
-        arg
-        for lang in text_langs()
-        for arg in ("--truecase-model", f"{lang}={layout.truecase_model(lang)}")
-    ]
+    """prepare-captions' options naming them, as a list (each item quoted in the shell)."""
+    return text_contract.prepare_args(config)
+
+
+def text_preparation_key(wildcards):
+    """The case, plus each tokenizer other than Moses (a param: a change reruns the jobs)."""
+    return text_contract.preparation_key(config)
+
+
+def sentencepiece_lang_pattern():
+    return one_of(text_contract.sentencepiece_langs(config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,13 +327,13 @@ def named_model_pattern(*, downloaded=False):
 
 
 def truecaser_of(lang):
-    """The truecaser of ``lang`` when captions are truecased (a translation job's input)."""
-    return [layout.truecase_model(lang)] if config["text"]["case"] == "truecase" else []
+    """The model files of ``lang``'s text preparation (a translation job's input)."""
+    return text_contract.model_inputs(config, lang)
 
 
 def truecaser_args(lang):
-    """``translate-captions``' option naming that truecaser, when captions are truecased."""
-    return [arg for path in truecaser_of(lang) for arg in ("--truecase-model", f"{lang}={path}")]
+    """``translate-captions``' options naming them (and a tokenizer other than Moses)."""
+    return text_contract.model_args(config, lang)
 
 
 def translation_truecase_inputs(wildcards):
@@ -391,10 +384,12 @@ def archive(path):
 
 
 def feature_weights_input(wildcards):
-    """A state dict named by features.weights is an input of the features jobs (new weights,
-    new features); the demo's pretrained extractor is built by rule pretrain_features."""
-    weights = config["features"]["weights"]
-    return [] if weights in ("none", "imagenet") else [weights]
+    """The features job's weights input (pseudopairs.features.contract.weights_inputs); a weights
+    file it needs that is missing stops the DAG here, dry run included, naming the file."""
+    problem = features_contract.missing_weights(config, wildcards.corpus, wildcards.split)
+    if problem:
+        raise WorkflowError(problem)
+    return features_contract.weights_inputs(config)
 
 
 # Each existing manifest brought up to date with its files before the DAG is built (main
@@ -419,29 +414,15 @@ JOB_MODULES = (
 
 
 def check_feature_weights():
-    """features.weights: imagenet is read from the torch hub cache only (never downloaded, GPU
-    nodes are often offline): when features jobs are about to run, say before any is submitted
-    that the cache lacks it, in one line naming TORCH_HOME, instead of failing (and retrying)
-    every features job."""
-    if config["features"].get("weights") != "imagenet" or workflow.dag is None:
+    """Before any features job is submitted: its weights file exists (the torch hub cache is read,
+    never downloaded: GPU nodes are often offline), else one line naming it
+    (pseudopairs.features.contract.needrun_weights_problem)."""
+    if workflow.dag is None:
         return
     jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
-    if not jobs:
-        return
-    try:  # torch is imported here; a Snakemake without it (--sdm conda/apptainer) leaves it to the jobs
-        from pseudopairs.features.network import imagenet_checkpoint_path
-
-        path = imagenet_checkpoint_path()
-    except ImportError:
-        return
-    if not path.is_file():
-        raise WorkflowError(
-            f"features.weights: imagenet: {len(jobs)} features job(s) need the ResNet50 ImageNet "
-            f"weights, which are not in the torch hub cache ({path}; TORCH_HOME="
-            f"{os.environ.get('TORCH_HOME', '(unset)')}): set TORCH_HOME to a cache that holds "
-            f"{path.name} on every node, or fetch it once with network access "
-            "(torchvision.models.resnet50(weights='IMAGENET1K_V1'))"
-        )
+    problem = features_contract.needrun_weights_problem(config, len(jobs))
+    if problem:
+        raise WorkflowError(problem)
 
 
 def check_job_environment():

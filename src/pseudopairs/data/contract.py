@@ -166,6 +166,44 @@ def text_corpora(config: dict) -> list[str]:
     return sorted(corpora | ({evaluation["translation_corpus"]} if evaluation.get("translation_corpus") else set()))
 
 
+def text_langs(config: dict) -> list[str]:
+    """Languages whose captions are prepared (truecasers and SentencePiece models are trained for
+    these): every data set's, the evaluation's translation languages, and in the demo world the
+    translation portion's French and Czech."""
+    langs = {d["lang"] for d in config["datasets"].values()}
+    langs.update(config["evaluation"].get("translation_langs") or [])
+    if (config.get("data") or {}).get("source") == "world":
+        langs.update(("fr", "cs"))
+    return sorted(langs)
+
+
+def tokenizer_errors(config: dict) -> list[str]:
+    """Every prepared language has a tokenizer (``text.tokenizers``, pseudopairs.data.tokenizers):
+    Moses for the languages it has rules for, else the config's entry, each entry valid."""
+    from pseudopairs.data.tokenizers import tokenizer_of   # the text section's part
+    from pseudopairs.settings import SettingsError
+
+    text = config.get("text")
+    if not isinstance(text, dict) or "datasets" not in config or "evaluation" not in config:
+        return []
+    errors = []
+    for lang in text_langs(config):
+        try:
+            if tokenizer_of(text, lang) is not None:
+                continue
+        except SettingsError as err:
+            key, _, why = str(err).partition(": ")
+            errors.append(f"config key '{key}': {why}")
+            continue
+        users = sorted(name for name, ds in config["datasets"].items() if ds.get("lang") == lang)
+        where = f"data set(s) {', '.join(users)}" if users else "evaluation.translation_langs"
+        errors.append(f"config key 'text.tokenizers.{lang}': language {lang!r} ({where}) has no "
+                      f"tokenizer: Moses has no rules for it. Set text.tokenizers.{lang} to icu (ICU word "
+                      "boundaries) or sentencepiece (a model trained on its training captions), or moses "
+                      "to use Moses with English rules")
+    return errors
+
+
 def check(config: dict) -> list[str]:
     """The ``corpora`` section (:func:`pseudopairs.data.corpora.check`) and the ``datasets``
     section: each data set is one kind; a selection's ``select``, a pseudopair
@@ -173,7 +211,7 @@ def check(config: dict) -> list[str]:
     from pseudopairs.data.corpora import check as corpora_errors
 
     datasets, pseudopairs = config.get("datasets", {}), config.get("pseudopairs", {})
-    messages = corpora_errors(config)
+    messages = corpora_errors(config) + tokenizer_errors(config)
     for name, ds in datasets.items():
         where = f"config key 'datasets.{name}"
         if sum(key in ds for key in ("pseudopairs", "translation", "select")) > 1:

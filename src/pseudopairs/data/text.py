@@ -49,6 +49,10 @@ package's ``tokenizer-v1.1.perl`` (an older Moses snapshot) with the two rules i
 with December 2017 added (a comma after a final number; a final ``.'``), its
 ``normalize-punctuation.perl`` (as of 2017), and sacremoses' prefix lists.
 
+Languages Moses has no rules for (Japanese, Chinese, Thai, Korean, …) get the tokenizer the config
+names for them (:mod:`pseudopairs.data.tokenizers`: ICU word boundaries or a SentencePiece model
+trained on the run's text) in place of normalisation and tokenisation; case is handled the same.
+
 With ``case="truecase"`` the text is not lowercased; it is normalised and tokenised as above,
 then a Moses truecaser (sacremoses ``MosesTruecaser``, trained on the training split only) is
 applied, as ``truecase.perl`` does (known surface forms are kept, other words take their most
@@ -57,7 +61,6 @@ frequent casing, sentence-initial words always take it).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gzip
 import logging
@@ -65,15 +68,15 @@ import re
 import sys
 import unicodedata
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sacremoses import MosesPunctNormalizer, MosesTokenizer, MosesTruecaser
 from sacremoses.corpus import NonbreakingPrefixes
 
-from pseudopairs import commands
-from pseudopairs.io import atomic_path, check_caption_texts, read_captions, write_parquet_atomic
+from pseudopairs.data.tokenizers import CASES, MOSES_LANGS
+from pseudopairs.io import atomic_path, read_captions
 
-CASES = ("lowercase", "truecase")
+Tokenize = Callable[[str], str]
 log = logging.getLogger(__name__)
 
 # Perl's \s on character strings (Unicode White_Space). Python's \s adds \x1c-\x1f, which perl
@@ -316,15 +319,19 @@ def normalize_tokenize(raw: str, *, lang: str, aggressive_dash_splits: bool = Fa
 
 def prepare_line(raw: str, *, lang: str, case: str = "lowercase",
                  truecaser: MosesTruecaser | None = None, aggressive_dash_splits: bool = False,
-                 escape: bool = True, newline: bool = True) -> str:
+                 escape: bool = True, newline: bool = True, tokenizer: Tokenize | None = None) -> str:
     """Prepare one caption: tokens joined by single spaces.
 
     ``case="lowercase"``: ``lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl
     -l L`` exactly (the Multi30K recipe). ``case="truecase"``: normalise and tokenise without
     lowercasing, then apply ``truecaser`` (from :func:`train_truecaser` / :func:`load_truecaser`).
+    ``tokenizer`` (a language Moses lacks; :mod:`pseudopairs.data.tokenizers`): it replaces
+    normalisation and tokenisation, after lowercasing or before truecasing as above.
     """
     if "\n" in raw:
         raise ValueError(f"prepare_line takes one line; got text with a newline: {raw[:60]!r}")
+    if tokenizer is not None:
+        return _prepare_tokenized(raw, case=case, truecaser=truecaser, tokenizer=tokenizer)
     if case == "lowercase":
         if truecaser is not None:
             raise ValueError("a truecaser was given but case='lowercase'")
@@ -339,6 +346,19 @@ def prepare_line(raw: str, *, lang: str, case: str = "lowercase",
     raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
 
 
+def _prepare_tokenized(raw: str, *, case: str, truecaser: MosesTruecaser | None,
+                      tokenizer: Tokenize) -> str:
+    if case == "lowercase":
+        if truecaser is not None:
+            raise ValueError("a truecaser was given but case='lowercase'")
+        return tokenizer(perl_lowercase(raw))
+    if case == "truecase":
+        if truecaser is None:
+            raise ValueError("case='truecase' needs a truecaser (train one with train-truecaser)")
+        return truecase_tokens(tokenizer(raw), truecaser=truecaser)
+    raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # Truecasing
 
@@ -350,13 +370,14 @@ def truecase_tokens(tokens: str, *, truecaser: MosesTruecaser) -> str:
     return truecaser.truecase(tokens, return_str=True, use_known=True)
 
 
-def train_truecaser(texts: Iterable[str], *, lang: str) -> MosesTruecaser:
+def train_truecaser(texts: Iterable[str], *, lang: str, tokenizer: Tokenize | None = None) -> MosesTruecaser:
     """Train a Moses truecaser on raw *training* captions of one language: each is normalised
-    and tokenised (not lowercased) first, as ``train-truecaser.perl`` expects."""
+    and tokenised (not lowercased) first, as ``train-truecaser.perl`` expects (``tokenizer``: the
+    language's own tokenizer instead of Moses)."""
     _check_lang(lang)
     documents = []
     for text in texts:
-        tokens = normalize_tokenize(text, lang=lang)
+        tokens = normalize_tokenize(text, lang=lang) if tokenizer is None else tokenizer(text)
         if tokens:
             documents.append(tokens.split(" "))
     if not documents:
@@ -428,14 +449,15 @@ def _progress(iterable, *, total: int, desc: str):
 
 
 def prepare_file(input_path: str | Path, output_path: str | Path, *, lang: str,
-                 case: str = "lowercase", truecaser: MosesTruecaser | None = None) -> int:
+                 case: str = "lowercase", truecaser: MosesTruecaser | None = None,
+                 tokenizer: Tokenize | None = None) -> int:
     """Prepare a text file line by line (one output line per input line); returns the count."""
     lines, final_newline = read_lines(input_path)
     out = []
     last = len(lines) - 1
     for i, line in enumerate(_progress(lines, total=len(lines), desc=f"prepare {lang}")):
         out.append(prepare_line(line, lang=lang, case=case, truecaser=truecaser,
-                                newline=final_newline or i < last))
+                                newline=final_newline or i < last, tokenizer=tokenizer))
     payload = "".join(line + "\n" for line in out).encode("utf-8")
     output_path = Path(output_path)
     with atomic_path(output_path) as tmp:
@@ -462,14 +484,22 @@ def parse_truecase_models(specs: Iterable[str] | None) -> dict[str, Path]:
 
 
 def prepare_captions(frame, *, case: str = "lowercase",
-                     truecasers: dict[str, MosesTruecaser] | None = None, source: str = "captions"):
-    """Add the ``text`` column to a raw caption table (per row, with the row's ``lang``)."""
+                     truecasers: dict[str, MosesTruecaser] | None = None, source: str = "captions",
+                     tokenizers: dict[str, Tokenize | None] | None = None):
+    """Add the ``text`` column to a raw caption table (per row, with the row's ``lang``).
+    ``tokenizers``: a language's tokenize function (None or absent: Moses, for the languages it
+    has rules for, :data:`~pseudopairs.data.tokenizers.MOSES_LANGS`; any other needs one)."""
     if case not in CASES:
         raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
     truecasers = truecasers or {}
+    tokenizers = tokenizers or {}
     langs = sorted(set(frame["lang"]))
     for lang in langs:
         _check_lang(lang)
+        if lang not in tokenizers and lang not in MOSES_LANGS:
+            raise ValueError(f"{source}: Moses has no rules for language {lang!r} and no tokenizer is "
+                             f"given for it (--tokenizer {lang}=icu|sentencepiece:MODEL; config key "
+                             f"'text.tokenizers.{lang}')")
         if case == "truecase" and lang not in truecasers:
             raise ValueError(f"{source}: case=truecase but no truecase model for language {lang!r} "
                              f"(give --truecase-model {lang}=PATH)")
@@ -481,7 +511,8 @@ def prepare_captions(frame, *, case: str = "lowercase",
         if "\n" in raw:
             raise ValueError(f"{source}: row {i}: caption contains a newline")
         texts.append(prepare_line(raw, lang=lang, case=case,
-                                  truecaser=truecasers.get(lang) if case == "truecase" else None))
+                                  truecaser=truecasers.get(lang) if case == "truecase" else None,
+                                  tokenizer=tokenizers.get(lang)))
     out = frame.copy()
     out["text"] = texts
     return out
@@ -494,83 +525,3 @@ def training_texts(paths: Iterable[str | Path], *, lang: str) -> list[str]:
         frame = read_captions(path, lang=lang)
         texts.extend(frame.loc[frame["split"] == "train", "raw"].tolist())
     return texts
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-
-def _case_from(args: argparse.Namespace) -> str:
-    case = args.case
-    if case is None and getattr(args, "settings", None):
-        case = args.settings.get("case", "lowercase")
-    case = case or "lowercase"
-    if case not in CASES:
-        raise ValueError(f"text.case must be one of {list(CASES)}, got {case!r}")
-    return case
-
-
-def _cli_prepare_text(args: argparse.Namespace) -> None:
-    case = _case_from(args)
-    truecaser = None
-    if case == "truecase":
-        if not args.truecase_model:
-            raise ValueError("--case truecase needs --truecase-model PATH")
-        truecaser = load_truecaser(args.truecase_model)
-    elif args.truecase_model:
-        raise ValueError("--truecase-model is only used with --case truecase")
-    n = prepare_file(args.input, args.output, lang=_check_lang(args.lang), case=case,
-                     truecaser=truecaser)
-    print(f"prepared {n} lines ({args.lang}, {case}) -> {args.output}")
-
-
-def _cli_prepare_captions(args: argparse.Namespace) -> None:
-    case = _case_from(args)
-    models = parse_truecase_models(args.truecase_model)
-    if case != "truecase" and models:
-        raise ValueError("--truecase-model is only used with --case truecase")
-    frame = read_captions(args.input)
-    truecasers = {lang: load_truecaser(path) for lang, path in models.items()
-                  if lang in set(frame["lang"])}
-    out = prepare_captions(frame, case=case, truecasers=truecasers, source=str(args.input))
-    for lang in sorted(set(out["lang"])):  # a table of (nearly) empty captions is refused, with the count
-        check_caption_texts(out.loc[out["lang"] == lang, "text"], source=str(args.input),
-                            what=f"{lang} captions (after preparation)")
-    write_parquet_atomic(args.output, out)
-    print(f"prepared {len(out)} captions ({case}) -> {args.output}")
-
-
-def _cli_train_truecaser(args: argparse.Namespace) -> None:
-    lang = _check_lang(args.lang)
-    texts = training_texts(args.input, lang=lang)
-    if not texts:
-        raise ValueError(f"no training-split captions in language {lang!r} in "
-                         f"{[str(p) for p in args.input]}")
-    truecaser = train_truecaser(texts, lang=lang)
-    save_truecaser(truecaser, args.output)
-    print(f"truecaser for {lang}: {len(truecaser.model['best'])} word types from "
-          f"{len(texts)} captions -> {args.output}")
-
-
-def register_cli(subparsers) -> None:
-    p = commands.add_command(subparsers, "prepare-text", _cli_prepare_text)
-    p.add_argument("--lang", required=True, help="language code (en, de, fr, cs, …)")
-    p.add_argument("input", help="UTF-8 text file, one caption per line (.gz accepted)")
-    p.add_argument("output", help="output text file (.gz if it ends in .gz)")
-    p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
-    p.add_argument("--truecase-model", default=None, help="truecase model (with --case truecase)")
-    commands.add_json(p, "--settings", "the config's text section", required=False)
-
-    p = commands.add_command(subparsers, "prepare-captions", _cli_prepare_captions)
-    p.add_argument("--input", required=True, help="raw caption table (.parquet)")
-    p.add_argument("--output", required=True, help="prepared caption table (.parquet)")
-    p.add_argument("--case", choices=CASES, default=None, help="default: lowercase")
-    p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
-                   help="truecase model per language (repeat; with --case truecase)")
-    commands.add_json(p, "--settings", "the config's text section", required=False)
-
-    p = commands.add_command(subparsers, "train-truecaser", _cli_train_truecaser)
-    p.add_argument("--input", required=True, nargs="+", help="raw caption tables (.parquet)")
-    p.add_argument("--lang", required=True)
-    p.add_argument("--output", required=True, help="truecase model file")
-

@@ -18,7 +18,8 @@ import torch
 from pseudopairs import commands
 from pseudopairs.similarity.metrics import retrieval_metrics, translation_retrieval
 from pseudopairs.similarity.ranks import _validate_retrieval_inputs, _validate_translation_inputs
-from pseudopairs.io import check_missing_images, load_features, read_captions, write_json_atomic
+from pseudopairs.io import (check_feature_files, check_missing_images, load_features, read_captions,
+                            write_json_atomic)
 from pseudopairs.settings import resolve_device
 from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 
@@ -69,6 +70,7 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: dict, device:
                          f"caption pairs only, not {caption_similarity(model.similarity)!r}")
     vocab = load_vocabulary(vocab_path)
     image_ids, features = load_features(spec["features"])
+    check_feature_files({spec["features"]: features.shape[1]}, image_dim=model.image_dim, model=checkpoint)
     image_embeddings = encode_image_features(model, features)
     tables = {spec["captions"]: read_captions(spec["captions"])}
     # languages also tested on the translation portion's test split (one caption per image, e.g.

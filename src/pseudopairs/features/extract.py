@@ -1,17 +1,21 @@
-"""The ``features`` step — image features: ResNet average-pool vectors (2048-d ResNet50 in the
-paper; ``features.arch``) for every image of an image list (paper §3.1).
+"""The ``features`` step — image features: the pooled embedding of a torchvision classification
+model (ResNet50's 2048-d average pool in the paper; ``features.arch``, any model of
+:mod:`~pseudopairs.features.backbones`) for every image of an image list (paper §3.1).
 
 Preprocessing follows the Multi30K feature extractor: convert to RGB, resize the shorter side to
 ``resize`` (256 in the paper), centre-crop ``crop`` (224), ImageNet mean/std normalisation. The
-network is torchvision's ``resnet50`` (``features.arch``: any of
-:data:`~pseudopairs.features.network.FEATURE_DIMS`) with ``fc`` replaced by the identity, in eval mode.
+network is torchvision's ``resnet50`` (``features.arch``: any torchvision classification model)
+with its classifier layer (``fc``, ``heads.head``, ``classifier.2`` …) replaced by the identity, in
+eval mode.
 
 Weights (``features.weights``):
 - ``none``: seeded random initialisation (``torch.manual_seed(seed)`` right before construction);
-- ``imagenet``: torchvision ``ResNet50_Weights.IMAGENET1K_V1``, read from the torch hub cache
-  only — nothing is ever downloaded; a missing cache file is an error that says so;
-- a path to a local state dict of a torchvision network of ``features.arch`` (``fc.*`` may be
-  absent; it is ignored) — the demo world's is written by ``pretrain-features``
+- ``imagenet`` (the model's ``IMAGENET1K_V1``: ``ResNet50_Weights.IMAGENET1K_V1`` for the paper)
+  or an entry of the model's weights enum (``IMAGENET1K_V2``, ``DEFAULT`` …), read from the torch
+  hub cache only — nothing is ever downloaded; a missing cache file is an error that says so, a
+  file whose SHA-256 does not begin with the hash in its name too;
+- a path to a local state dict of a torchvision network of ``features.arch`` (the classifier's
+  keys may be absent; they are ignored) — the demo world's is written by ``pretrain-features``
   (:mod:`pseudopairs.features.pretraining`).
 
 Scale and faults: images are decoded, resized and cropped in DataLoader workers (uint8, so the
@@ -38,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.features.network import (FEATURE_DIMS, _collate, _ImageDataset, autocast_dtype,
+from pseudopairs.features.backbones import feature_dim
+from pseudopairs.features.network import (_collate, _ImageDataset, autocast_dtype,
                                           build_model, forward, forward_threads, prepare_model,
                                           resolve_device)
 from pseudopairs.features.settings import FeatureSettings
@@ -219,7 +224,7 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
             vectors = [got[r] for r in range(lo, hi) if not isinstance(got[r], str)]
             shard = Shard(
                 index=k, image_ids=job.ids[lo:hi], paths=job.paths[lo:hi],
-                features=(np.stack(vectors) if vectors else np.zeros((0, FEATURE_DIMS[settings.arch]))).astype(job.np_dtype),
+                features=(np.stack(vectors) if vectors else np.zeros((0, feature_dim(settings.arch)))).astype(job.np_dtype),
                 reasons=[got[r] if isinstance(got[r], str) else "" for r in range(lo, hi)],
                 fingerprint=job.fingerprint, stamps=job.stamps[lo:hi])
             if job.shard_dir is not None:
@@ -316,7 +321,7 @@ def extract_features(
             else:
                 out_ids.append(image_id)
         blocks.append(shard.features)
-    features = np.concatenate(blocks) if blocks else np.zeros((0, FEATURE_DIMS[job.settings.arch]), dtype=job.np_dtype)
+    features = np.concatenate(blocks) if blocks else np.zeros((0, feature_dim(job.settings.arch)), dtype=job.np_dtype)
     return FeatureResult(image_ids=out_ids, features=features.astype(job.np_dtype, copy=False),
                          skipped=skipped, computed=computed, reused_shards=reused)
 
@@ -339,6 +344,28 @@ def skipped_tsv(skipped: Sequence[SkippedImage]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def backbone_record(settings: FeatureSettings) -> dict:
+    """What the features file records of its network (:func:`pseudopairs.io.feature_backbone`):
+    the model, the size of its embedding, the weights, the input size."""
+    return {"arch": settings.arch, "dim": feature_dim(settings.arch), "weights": settings.weights,
+            "resize": settings.resize, "crop": settings.crop}
+
+
+def check_preprocessing(settings: FeatureSettings) -> None:
+    """Log where torchvision weights were trained at another input size than features.resize /
+    crop (the features are still computed as configured)."""
+    from pseudopairs.features import backbones
+
+    if not backbones.is_enum_weights(settings.weights):
+        return
+    preset = backbones.weights_entry(settings.arch, settings.weights).transforms()
+    resize, crop = list(preset.resize_size)[0], list(preset.crop_size)[0]
+    if (resize, crop) != (settings.resize, settings.crop):
+        log.warning("features.weights %s of %s were trained on %d px crops of %d px images; "
+                    "features.resize/crop are %d/%d", settings.weights, settings.arch, crop, resize,
+                    settings.resize, settings.crop)
+
+
 def run_features(
     images_path: str | os.PathLike,
     output_path: str | os.PathLike,
@@ -357,12 +384,14 @@ def run_features(
         raise ValueError(f"features.format is {settings.format!r} but the output {output_path} "
                          f"ends in {output_path.suffix!r}; they must agree")
     shard_dir = Path(shard_dir) if shard_dir is not None else output_path.with_name(output_path.name + ".shards")
+    check_preprocessing(settings)
     result = extract_features(images_path, settings=settings, shard_dir=shard_dir, progress=progress, root=root)
     write_text_atomic(skipped_path, skipped_tsv(result.skipped))
-    save_features(output_path, image_ids=result.image_ids, features=result.features)
+    save_features(output_path, image_ids=result.image_ids, features=result.features,
+                  backbone=backbone_record(settings))
     remove_shards(shard_dir)
     log.info("wrote %s: %d images x %d (%s); %d skipped; %d computed, %d shards reused",
-             output_path, len(result.image_ids), FEATURE_DIMS[settings.arch], settings.dtype, len(result.skipped),
+             output_path, len(result.image_ids), feature_dim(settings.arch), settings.dtype, len(result.skipped),
              result.computed, result.reused_shards)
     return result
 
@@ -376,7 +405,7 @@ def _cmd_features(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     p = commands.add_command(subparsers, "features", _cmd_features,
-        description="Extract ResNet average-pool features (features.arch) for every image of an image "
+        description="Extract the pooled embedding of features.arch for every image of an image "
                     "list (rows in its order); resumable through shards.")
     p.add_argument("--images", required=True, help="image list Parquet (image_id, path)")
     p.add_argument("--output", required=True, help="feature file (.npz or .parquet = features.format)")

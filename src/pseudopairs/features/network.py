@@ -1,23 +1,43 @@
-"""The feature network and its input: a torchvision ResNet with ``fc`` removed (weights: seeded random, ImageNet from the torch hub cache only, or a local state dict), image decoding and preprocessing, the forward pass."""
+"""The feature network and its input: a torchvision classification model (``features.arch``;
+:mod:`pseudopairs.features.backbones`) with its classifier layer removed (weights: seeded random,
+torchvision's published weights from the torch hub cache only, or a local state dict), image
+decoding and preprocessing, the forward pass."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Sequence
-from urllib.parse import urlparse
 
+from pseudopairs.features import backbones
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.settings import resolve_device as settings_device
 
 
+FEATURE_DIM = 2048  # resnet50, the paper's
 
-FEATURE_DIM = 2048  # resnet50, the paper's; FEATURE_DIMS has every accepted features.arch
 
-# features.arch: the torchvision ResNet family and the size of its average-pool vector. The paper
-# (config/paper.yaml) uses resnet50; the demo world uses a resnet18 pretrained on world scenes by
-# `pretrain-features` (pseudopairs.features.pretraining): 4x cheaper on 2 CPU cores, 512-d.
-FEATURE_DIMS = {"resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048}
+class _FeatureDims(Mapping):
+    """``FEATURE_DIMS[arch]``: the pooled embedding's size of any ``features.arch``
+    (:func:`pseudopairs.features.backbones.feature_dim`). The paper (config/paper.yaml) uses
+    resnet50 (2,048); the demo world a resnet18 pretrained on world scenes by `pretrain-features`
+    (pseudopairs.features.pretraining): 4x cheaper on 2 CPU cores, 512-d."""
+
+    def __getitem__(self, arch: str) -> int:
+        try:
+            return backbones.feature_dim(arch)
+        except backbones.BackboneError as err:
+            raise KeyError(str(err)) from None
+
+    def __iter__(self):
+        return iter(backbones.backbone_names())
+
+    def __len__(self) -> int:
+        return len(backbones.backbone_names())
+
+
+FEATURE_DIMS = _FeatureDims()
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -26,34 +46,40 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def weights_checkpoint_path(weights: str, arch: str = "resnet50") -> Path:
+    """Where torch hub caches the torchvision weights ``weights`` (``imagenet`` or an entry of
+    ``arch``'s weights enum): ``$TORCH_HOME/hub/checkpoints/<file of its URL>``."""
+    return backbones.hub_checkpoint_path(arch, weights)
+
+
 def imagenet_checkpoint_path() -> Path:
     """Where torch hub caches ``ResNet50_Weights.IMAGENET1K_V1`` (``$TORCH_HOME/hub/checkpoints``)."""
-    import torch
-    from torchvision.models import ResNet50_Weights
-
-    url = ResNet50_Weights.IMAGENET1K_V1.url
-    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(url).path)
+    return weights_checkpoint_path("imagenet", "resnet50")
 
 
-def load_weights(weights: str) -> dict | None:
+def load_weights(weights: str, arch: str = "resnet50") -> dict | None:
     """The state dict named by ``features.weights`` (``None`` for ``none``); never downloads."""
     import torch
 
     if weights == "none":
         return None
-    if weights == "imagenet":
-        path = imagenet_checkpoint_path()
+    if backbones.is_enum_weights(weights):
+        path = weights_checkpoint_path(weights, arch)
         if not path.is_file():
+            entry = backbones.hub_checkpoint_sketch(arch, weights)
             raise FileNotFoundError(
-                f"features.weights: imagenet: ResNet50_Weights.IMAGENET1K_V1 is not in the torch hub "
+                f"features.weights: {weights}: {entry} is not in the torch hub "
                 f"cache ({path}); using it would need a download, which this pipeline never does. "
-                f"Fetch it once with network access (torchvision.models.resnet50(weights='IMAGENET1K_V1')), "
-                f"point TORCH_HOME at a cache that holds it, or give a local state dict path instead")
+                f"Fetch it once with network access (torchvision.models.get_model({arch!r}, "
+                f"weights={entry.split('.')[-1]!r})), point TORCH_HOME at a cache that holds it, or "
+                "give a local state dict path instead")
+        backbones.verify_hub_file(path)
     else:
         path = Path(weights)
         if not path.is_file():
             raise FileNotFoundError(
-                f"features.weights: {weights!r} is neither 'none' nor 'imagenet' nor an existing state dict file")
+                f"features.weights: {weights!r} is neither 'none' nor torchvision weights nor an "
+                "existing state dict file")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a corrupt or non-tensor pickle
@@ -64,31 +90,29 @@ def load_weights(weights: str) -> dict | None:
 
 
 def torchvision_resnet(arch: str):
-    """An untrained torchvision ResNet of ``arch`` (a key of :data:`FEATURE_DIMS`), float32, CPU."""
-    import torchvision
-
-    if arch not in FEATURE_DIMS:
-        raise ValueError(f"features.arch: {arch!r} is not one of {sorted(FEATURE_DIMS)}")
-    return getattr(torchvision.models, arch)(weights=None)
+    """An untrained torchvision model of ``arch`` (any :func:`backbones.check_arch` name; the
+    ResNets were the first), float32, CPU."""
+    try:
+        return backbones.untrained(arch)
+    except backbones.BackboneError as err:
+        raise ValueError(str(err)) from None
 
 
 def build_model(weights: str = "none", *, seed: int = 0, arch: str = "resnet50"):
-    """torchvision ``arch`` (default ``resnet50``) with ``fc`` = identity, eval mode, CPU, float32.
+    """torchvision ``arch`` (default ``resnet50``) with its classifier layer = identity (the
+    pooled embedding, :mod:`~pseudopairs.features.backbones`), eval mode, CPU, float32.
 
     ``weights``: ``none`` (random init after ``torch.manual_seed(seed)``; the global RNG state is
-    restored afterwards), ``imagenet`` (hub cache only; resnet50) or a state dict path.
+    restored afterwards), ``imagenet`` or a weights enum entry (hub cache only) or a state dict path.
     """
     import torch
 
-    if weights == "imagenet" and arch != "resnet50":
-        raise ValueError(f"features.weights: imagenet is only wired for resnet50, not features.arch {arch}")
-    state = load_weights(weights)
+    state = load_weights(weights, arch)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = torchvision_resnet(arch)
-    model.fc = torch.nn.Identity()
+        model, _, head = backbones.headless(arch)
     if state is not None:
-        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+        state = {k: v for k, v in state.items() if not k.startswith(head + ".")}
         try:
             result = model.load_state_dict(state, strict=False)
         except RuntimeError as err:  # shape mismatches

@@ -146,11 +146,12 @@ def exact_match_rates(predicted, truth) -> dict[str, float]:
 
 def pretrain(*, world: SceneSettings, settings: PretrainSettings, features: FeatureSettings,
              output: str | Path) -> dict:
-    """Train ``features.arch`` on rendered scenes; write its state dict without ``fc`` to
+    """Train ``features.arch`` on rendered scenes; write its state dict without its classifier to
     ``output`` (atomically) and a JSON report beside it (``output`` + ``.json``). Returns the report."""
     import torch
 
-    from pseudopairs.features.network import FEATURE_DIMS, normalize_batch, torchvision_resnet
+    from pseudopairs.features.backbones import classifier_name, embedding_dim, replace_module
+    from pseudopairs.features.network import normalize_batch, torchvision_resnet
 
     torch.set_num_threads(settings.threads)
     start = time.perf_counter()
@@ -165,7 +166,8 @@ def pretrain(*, world: SceneSettings, settings: PretrainSettings, features: Feat
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         model = torchvision_resnet(features.arch)
-        model.fc = torch.nn.Linear(FEATURE_DIMS[features.arch], labels.shape[1])
+        head = classifier_name(model)  # fc of a ResNet: replaced by the scenes' labels
+        replace_module(model, head, torch.nn.Linear(embedding_dim(model), labels.shape[1]))
         optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(
             optimizer, max_lr=settings.learning_rate, total_steps=settings.epochs * per_epoch, pct_start=0.15)
@@ -195,7 +197,7 @@ def pretrain(*, world: SceneSettings, settings: PretrainSettings, features: Feat
         "final_train_loss": float(np.mean(losses[-50:])),
         "held_out_exact_match": exact_match_rates(logits > 0, test_y > 0.5),
     }
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith(head + ".")}
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(output) as tmp:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pseudopairs.settings import DEVICES, Settings, setting
+from pseudopairs.settings import DEVICES, Settings, SettingsError, setting
 
 
 @dataclass(frozen=True)
@@ -13,9 +13,13 @@ class FeatureSettings(Settings):
 
     SECTION = "features"
 
-    weights: str = setting("none", kind=str, doc="none (seeded random) | imagenet (hub cache) | a state dict path")
-    arch: str = setting("resnet50", kind=str, choices=("resnet18", "resnet34", "resnet50", "resnet101"),
-                        doc="torchvision ResNet (paper: resnet50); its average-pool size is the feature size")
+    weights: str = setting("none", kind=str,
+                           doc="none (seeded random) | imagenet (the model's IMAGENET1K_V1, hub cache) | an "
+                               "entry of its torchvision weights enum (IMAGENET1K_V2, DEFAULT, …; hub cache) | "
+                               "a state dict path")
+    arch: str = setting("resnet50", kind=str,
+                        doc="any torchvision classification model (paper: resnet50; resnet152, vit_b_16, "
+                            "convnext_base, …); the input of its classifier layer is the feature")
     seed: int = setting(0, kind=int, low=0, doc="initialisation seed with weights: none")
     resize: int = setting(128, kind=int, low=16, doc="shorter side before the centre crop (paper: 256)")
     crop: int = setting(112, kind=int, low=16, doc="centre crop (paper: 224)")
@@ -31,6 +35,27 @@ class FeatureSettings(Settings):
 
     def check(self) -> None:
         if not self.weights:
-            raise self.bad("weights", "must be 'none', 'imagenet' or a path to a state dict file")
+            raise self.bad("weights", "must be 'none', 'imagenet', a torchvision weights name or a path "
+                                      "to a state dict file")
         if self.crop > self.resize:
             raise self.bad("crop", f"must not exceed features.resize ({self.resize})")
+        self._check_backbone()
+
+    def _check_backbone(self) -> None:
+        """``arch`` is a torchvision classification model, ``weights`` (when it names torchvision
+        weights) an entry of its enum, ``crop`` the input size a fixed-size model (ViT) takes.
+        The classic ResNets with ``imagenet`` need no torchvision import (every Snakemake parse
+        runs this)."""
+        from pseudopairs.features import backbones
+
+        classic = self.arch in backbones.CLASSIC_RESNETS
+        try:
+            backbones.check_arch(self.arch)
+            if backbones.is_enum_weights(self.weights) and not (classic and self.weights == "imagenet"):
+                backbones.weights_entry(self.arch, self.weights)
+        except backbones.BackboneError as err:
+            raise SettingsError(str(err)) from None
+        size = None if classic else backbones.fixed_input_size(self.arch)
+        if size is not None and self.crop != size:
+            raise self.bad("crop", f"{self.arch} takes {size} x {size} inputs only: set features.crop "
+                                   f"to {size} (and features.resize to at least {size})")

@@ -13,7 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from pseudopairs.features.network import FEATURE_DIMS, autocast_dtype, imagenet_checkpoint_path
+from pseudopairs.features.backbones import feature_dim, is_enum_weights
+from pseudopairs.features.network import autocast_dtype, weights_checkpoint_path
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.io import atomic_path, remove_owned_files
 
@@ -95,7 +96,7 @@ def _read_shard(shard_dir: Path, index: int, *, image_ids: list[str], paths: lis
         log.info("shard %s: image files changed since it was written; recomputing it", path)
         return None
     if (stored.fingerprint != fingerprint or stored.image_ids != image_ids or stored.paths != paths
-            or stored.features.shape != (kept, FEATURE_DIMS[arch]) or stored.features.dtype != np.dtype(dtype)):
+            or stored.features.shape != (kept, feature_dim(arch)) or stored.features.dtype != np.dtype(dtype)):
         log.info("shard %s is from other settings or images; recomputing it", path)
         return None
     return stored
@@ -116,15 +117,16 @@ def settings_fingerprint(settings: FeatureSettings, *, device) -> str:
 
     if settings.weights == "none":
         weights = {"kind": "none", "seed": settings.seed}
-    elif settings.weights == "imagenet":
-        path = imagenet_checkpoint_path()
-        weights = {"kind": "imagenet", "file": path.name,
+    elif is_enum_weights(settings.weights):
+        path = weights_checkpoint_path(settings.weights, settings.arch)
+        weights = {"kind": settings.weights, "file": path.name,
                    "size": path.stat().st_size if path.is_file() else None}
     else:
         path = Path(settings.weights)
         if not path.is_file():
             raise FileNotFoundError(
-                f"features.weights: {settings.weights!r} is neither 'none' nor 'imagenet' nor an existing state dict file")
+                f"features.weights: {settings.weights!r} is neither 'none' nor torchvision weights nor an "
+                "existing state dict file")
         weights = {"kind": "file", "sha256": _file_sha256(path)}
     amp = autocast_dtype(device)
     payload = {

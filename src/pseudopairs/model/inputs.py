@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pseudopairs.data.vocab import build_vocabulary
-from pseudopairs.io import read_captions
+from pseudopairs.io import check_feature_files, read_captions
 from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, load_caption_set
 from pseudopairs.model.text_encoders import load_vocabulary
 
@@ -128,6 +128,9 @@ def load_data(spec: dict, vocab, *, feature_cache: dict | None = None):
                 for lang in val["langs"]]
     dims = {d.name: d.image_dim for d in c2i}
     dims.update({s.name: int(s.features.shape[1]) for s in val_sets})
+    widths = {e["features"]: d.image_dim for e, d in zip(spec["c2i"], c2i)}
+    widths[val["features"]] = int(val_sets[0].features.shape[1]) if val_sets else None
+    check_feature_files({path: width for path, width in widths.items() if width is not None})
     if len(set(dims.values())) != 1:
         raise ValueError(f"image features of different sizes: {dims}")
     return c2i, c2c, val_sets, next(iter(dims.values()))

@@ -238,6 +238,10 @@ def _build_model(spec: dict, settings: dict, *, vocab, image_dim: int, c2i) -> R
         model.set_image_standardization(mean=mean, std=std)
     if spec["init_from"]:
         source, meta = load_model(spec["init_from"])
+        if source.image_dim != model.image_dim:
+            raise ValueError(f"spec: init_from {spec['init_from']} was trained on {source.image_dim}-d "
+                             f"image features; this run's features are {model.image_dim}-d (another "
+                             "features.arch): fine-tune on features of the network it was trained on")
         if source.config() != model.config():
             raise ValueError(f"spec: init_from {spec['init_from']} has dims {source.config()}, "
                              f"this run needs {model.config()}")

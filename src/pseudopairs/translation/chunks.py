@@ -76,7 +76,7 @@ def remove_chunks(chunk_dir: Path) -> None:
 
 def translation_fingerprint(model: ModelDir, settings: TranslateSettings, *, device: str, compute: str,
                             source_lang: str, target_lang: str, case: str,
-                            truecase_model: Path | None) -> str:
+                            truecase_model: Path | None, tokenizer: tuple[str, Path | None] | None = None) -> str:
     """Hash of everything that changes the stored chunks: the model (its description and the
     SHA-256 of ``model.bin``), decoding settings, batch size (it changes batch composition),
     chunk size (it changes the chunk bounds), device kind and compute type, the CTranslate2
@@ -101,4 +101,7 @@ def translation_fingerprint(model: ModelDir, settings: TranslateSettings, *, dev
         "case": case,
         "truecase_model": None if truecase_model is None else sha256_file(truecase_model),
     }
+    if tokenizer is not None:  # a language Moses has no rules for (pseudopairs.data.tokenizers)
+        kind, model = tokenizer
+        payload["tokenizer"] = [kind, None if model is None else sha256_file(model)]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

@@ -262,6 +262,7 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
                        source_lang: str, target_lang: str, dataset: str | None = None,
                        settings: TranslateSettings, case: str | None = None,
                        truecase_model: str | os.PathLike | None = None,
+                       tokenizer: tuple[str, Path | None] | None = None,
                        chunk_dir: str | os.PathLike | None = None, sidecar: str | os.PathLike | None = None,
                        command: str | None = None, progress: bool = True) -> TranslationRun:
     """The ``translate-captions`` step, for either of two inputs.
@@ -307,7 +308,8 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
     device, compute = resolve_device(settings)
     fingerprint = translation_fingerprint(model, settings, device=device, compute=compute,
                                           source_lang=source_lang, target_lang=target_lang,
-                                          case=case or "raw", truecase_model=truecase_model)
+                                          case=case or "raw", truecase_model=truecase_model,
+                                          tokenizer=tokenizer)
     bounds, digests, chunks = _stored_chunks(source, settings=settings, chunk_dir=chunk_dir,
                                              fingerprint=fingerprint)
     reused = len(chunks)
@@ -319,7 +321,8 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
         _run_pending(pending, bounds=bounds, digests=digests, texts=source.texts, chunks=chunks, model=model,
                      source_lang=source_lang,
                      settings=settings, chunk_dir=chunk_dir, fingerprint=fingerprint,
-                     target_lang=target_lang, case=case, truecase_model=truecase_model, progress=progress)
+                     target_lang=target_lang, case=case, truecase_model=truecase_model, progress=progress,
+                     tokenizer=tokenizer)
 
     ordered = [chunks[k] for k in range(len(bounds))]
     raw = [t for c in ordered for t in c.raw]
@@ -358,14 +361,15 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
 
 def _run_pending(pending: list[int], *, bounds, digests, texts, chunks, model: ModelDir, source_lang: str,
                  settings: TranslateSettings, chunk_dir: Path, fingerprint: str, target_lang: str,
-                 case: str | None, truecase_model: Path | None, progress: bool) -> None:
+                 case: str | None, truecase_model: Path | None, progress: bool,
+                 tokenizer: tuple[str, Path | None] | None = None) -> None:
     """Translate the pending chunks in a background thread and prepare (``case`` None: keep the
     raw translations) and store them here."""
     from tqdm import tqdm
 
     # Start the preparation pool before the translator's threads exist (spawned workers).
     with preparer(workers=settings.prepare_workers, lang=target_lang, case=case,
-                   truecase_model=truecase_model) as prepare:
+                   truecase_model=truecase_model, tokenizer=tokenizer) as prepare:
         translator = load_translator(model, settings)
         handoff: queue.Queue = queue.Queue(maxsize=1)
         stop = threading.Event()
@@ -443,8 +447,13 @@ def add_translate_options(p: argparse.ArgumentParser) -> None:
 
 def _cmd_translate_captions(args: argparse.Namespace) -> int:
     from pseudopairs.data.text import parse_truecase_models
+    from pseudopairs.data.tokenizers import parse_tokenizers
 
     settings = settings_from_args(args)
+    tokenizers = parse_tokenizers(args.tokenizer)
+    if set(tokenizers) - {args.target_lang}:
+        raise ValueError(f"--tokenizer for {sorted(set(tokenizers) - {args.target_lang})}: only the "
+                         f"target language ({args.target_lang}) is prepared here")
     models = parse_truecase_models(args.truecase_model)
     unknown = sorted(set(models) - {args.target_lang})
     if unknown:
@@ -453,7 +462,8 @@ def _cmd_translate_captions(args: argparse.Namespace) -> int:
     run = translate_captions(args.captions, args.output, model_dir=args.model,
                              source_lang=args.source_lang, target_lang=args.target_lang,
                              dataset=args.dataset, settings=settings, case=args.case,
-                             truecase_model=models.get(args.target_lang), chunk_dir=args.chunk_dir,
+                             truecase_model=models.get(args.target_lang),
+                             tokenizer=tokenizers.get(args.target_lang), chunk_dir=args.chunk_dir,
                              sidecar=args.sidecar, command=_command_line(),
                              progress=not args.no_progress)
     print(f"translate-captions: {run.rows} sentences ({run.empty} empty, {run.truncated} truncated) "
@@ -497,6 +507,9 @@ def register_cli(subparsers) -> None:
                         "text: default none, i.e. the detokenised translations)")
     p.add_argument("--truecase-model", action="append", default=[], metavar="LANG=PATH",
                    help="truecase model of the target language (with --case truecase)")
+    from pseudopairs.data.tokenizers import add_tokenizer_option
+
+    add_tokenizer_option(p)
     p.add_argument("--sidecar", default=None, help="JSON sidecar (default: the output with suffix .json)")
     p.add_argument("--chunk-dir", default=None, help="resumable chunks (default: {output}.chunks/)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
