@@ -32,9 +32,12 @@ def tiny_config() -> dict:
 
 
 def at_seeds(config: dict, seeds: list[int]) -> dict:
-    """``seeds`` for the config and for every table that config.yaml gives seeds of its own (the
-    method check's tables: five), so that a layered tiny config trains these seeds alone."""
+    """``seeds`` for the config, for every named seed list the tables of experiments.yaml name
+    (the method check's tables: five) and for every table the config gives seeds of its own, so
+    that a layered tiny config trains these seeds alone."""
     config["seeds"] = seeds
+    for name in config.get("seed_lists", {}):
+        config["seed_lists"][name] = list(seeds)
     for table in config.get("tables", {}).values():
         table["seeds"] = seeds
     return config
@@ -50,7 +53,7 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
     config_path = tmp_path / "tiny.yaml"
     config = tiny_config()
     # A layered config file: only what differs from config/config.yaml (+ experiments.yaml).
-    config["tables"]["table4"] = {"rows": TINY_TABLE4}
+    config.setdefault("tables", {})["table4"] = {"rows": TINY_TABLE4}
     config_path.write_text(yaml.safe_dump(config))
     targets = ["results/table3.csv", "results/table7.csv", "results/table4.csv"]
     result = run_snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(config_path))

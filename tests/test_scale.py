@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -25,31 +26,56 @@ PAPER = REPO / "config" / "paper.yaml"
 
 
 def _image_list(folder: Path, names: list[str], path: Path) -> None:
+    """An image list of ``names``, relative to their folder (an external corpus' list)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"image_id": [n.split(".")[0] for n in names],
-                  "path": [str(folder / n) for n in names]}).to_parquet(path)
+    pd.DataFrame({"image_id": [n.split(".")[0] for n in names], "path": names}).to_parquet(path)
 
 
-def test_a_manifest_lists_the_needed_files_and_is_rewritten_only_when_they_change(tmp_path):
+def test_a_manifest_lists_the_needed_files_by_content_and_is_rewritten_only_when_they_change(tmp_path):
+    import hashlib
+
     folder = tmp_path / "flickr"
     folder.mkdir()
     for name in ("1.jpg", "2.jpg"):
         (folder / name).write_bytes(b"jpeg" * 10)
     _image_list(folder, ["1.jpg", "2.jpg", "3.jpg"], tmp_path / "list.parquet")
-    manifest = image_manifest(tmp_path / "list.parquet")
-    assert [f[:2] for f in manifest["files"]] == [[str(folder / "1.jpg"), 40], [str(folder / "2.jpg"), 40],
-                                                  [str(folder / "3.jpg"), None]]
-    assert (manifest["n_images"], manifest["n_missing"]) == (3, 1)
+    manifest, stamps = image_manifest(tmp_path / "list.parquet", folder)
+    digest = hashlib.sha256(b"jpeg" * 10).hexdigest()
+    assert manifest["files"] == [["1.jpg", 40, digest], ["2.jpg", 40, digest], ["3.jpg", None, None]]
+    assert (manifest["n_images"], manifest["n_files"], manifest["n_missing"]) == (3, 3, 1)
     out = tmp_path / "m.json"
-    assert write_manifest(out, manifest) is True
+    assert write_manifest(out, manifest, stamps) is True
     os.utime(out, ns=(1_000_000_000, 1_000_000_000))
     (folder / "unrelated.txt").write_text("notes")                 # not in the list
-    assert refresh_manifest(tmp_path / "list.parquet", out) is False
+    os.utime(folder / "1.jpg", ns=(2_000_000_000, 2_000_000_000))  # touched, same content
+    assert refresh_manifest(tmp_path / "list.parquet", out, folder) is False
     assert out.stat().st_mtime_ns == 1_000_000_000                 # untouched
     (folder / "3.jpg").write_bytes(b"now here")                    # a needed image appears
-    assert refresh_manifest(tmp_path / "list.parquet", out) is True
+    assert refresh_manifest(tmp_path / "list.parquet", out, folder) is True
     assert out.stat().st_mtime_ns > 1_000_000_000
-    assert refresh_manifest(tmp_path / "nolist.parquet", out) is None
+    assert refresh_manifest(tmp_path / "nolist.parquet", out, folder) is None
+
+
+def test_a_refresh_reads_only_files_whose_size_or_time_changed(tmp_path, monkeypatch):
+    """The stamps beside a manifest let a refresh skip hashing files it has seen: through a
+    symlinked folder nothing is read; a touched file is read again (and keeps the manifest)."""
+    from pseudopairs.data import manifest as module
+
+    folder = tmp_path / "flickr"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.jpg").write_bytes(bytes([i]) * 30)
+    _image_list(folder, [f"{i}.jpg" for i in range(3)], tmp_path / "list.parquet")
+    out = tmp_path / "m.json"
+    write_manifest(out, *image_manifest(tmp_path / "list.parquet", folder))
+    hashed = []
+    real = module.file_digest
+    monkeypatch.setattr(module, "file_digest", lambda path: hashed.append(Path(path).name) or real(path))
+    link = tmp_path / "scratch"
+    link.symlink_to(folder)
+    assert refresh_manifest(tmp_path / "list.parquet", out, link) is False and hashed == []
+    os.utime(folder / "1.jpg", ns=(3_000_000_000, 3_000_000_000))
+    assert refresh_manifest(tmp_path / "list.parquet", out, link) is False and hashed == ["1.jpg"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,7 +109,7 @@ def _done_up_to_features(tmp_path: Path) -> tuple[Path, Path]:
     captions.parent.mkdir(parents=True, exist_ok=True)
     captions.write_bytes(b"")
     manifest = work / layout.image_manifest("m30k", "test")
-    write_manifest(manifest, image_manifest(images))
+    write_manifest(manifest, *image_manifest(images, folder))
     features = [work / layout.features("m30k", "test", "npz"), work / layout.skipped_images("m30k", "test")]
     for path in features:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +160,42 @@ def test_an_unrelated_file_in_the_flickr_folder_reruns_nothing_and_a_changed_ima
     assert result.returncode == 0, result.stderr[-3000:]
     assert _rules(result) == {"features"}, result.stdout[-3000:]
     assert manifest.stat().st_mtime_ns > before
+
+
+def test_the_flickr_folder_through_another_path_reruns_nothing(tmp_path):
+    """paper_data.flickr30k_images pointed at the same files through a symlink, or at a copy
+    made without the files' times: the manifest (names relative to the folder, content digests)
+    keeps its text, read_multi30k_task2 has no folder parameter, nothing is planned."""
+    site, folder = _done_up_to_features(tmp_path)
+    work = tmp_path / "work"
+    manifest = work / layout.image_manifest("m30k", "test")
+    before = manifest.stat().st_mtime_ns
+    link = tmp_path / "scratch-link"
+    link.symlink_to(folder)
+    copy = tmp_path / "scratch-copy"
+    shutil.copytree(folder, copy, copy_function=shutil.copyfile)
+    for moved in (link, copy):
+        other = tmp_path / f"site-{moved.name}.yaml"
+        other.write_text(f"paper_data: {{flickr30k_images: {moved}}}\n")
+        result = _planned(work, other)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+    assert manifest.stat().st_mtime_ns == before
+
+
+def test_a_split_with_missing_images_stops_the_dry_run_naming_the_count_and_the_first(tmp_path):
+    """999 of 1,000 missing in the cluster's second week: here 2 of 3. The dry run already
+    stops, naming the config key, the split, the count and the first files; no job ran."""
+    site, folder = _done_up_to_features(tmp_path)
+    work = tmp_path / "work"
+    for name in ("0.jpg", "2.jpg"):
+        (folder / name).unlink()
+    result = _planned(work, site)
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert (f"config key 'paper_data.flickr30k_images': split test of corpus 'm30k': 2 of 3 files are "
+            f"missing from {folder} (first: 0.jpg, 2.jpg)") in text, text[-3000:]
+    assert not (work / layout.log("features", "m30k.test")).exists()
 
 
 def test_missing_imagenet_weights_stop_the_run_before_any_job_naming_torch_home(tmp_path):
@@ -258,9 +320,12 @@ def test_an_image_of_the_splits_missing_from_the_folder_is_one_line_naming_it(tm
     gone = Path(images.loc[2, "path"])
     gone.unlink()
     images.to_parquet(tmp_path / "list.parquet", index=False)
+    # the manifest step stops here: the features job is never submitted
     assert cli.main(["image-manifest", "--images", str(tmp_path / "list.parquet"),
-                     "--output", str(tmp_path / "m.json")]) == 0
-    assert "4 images, 1 missing" in capsys.readouterr().out           # the manifest counts it
+                     "--output", str(tmp_path / "m.json")]) == 1
+    err = _error_lines(capsys.readouterr())
+    assert len(err) == 1 and "1 of 4 files are missing" in err[0] and str(gone) in err[0], err
+    assert not (tmp_path / "m.json").exists()
     for skip in (False, True):                                         # never a silent skip
         code, captured, out, _ = _features_cli(tmp_path, images, capsys, skip_unreadable=skip)
         err = _error_lines(captured)

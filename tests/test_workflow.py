@@ -333,7 +333,7 @@ def test_downloads_and_light_steps_never_go_to_a_cluster(tmp_path):
     assert not {"train", "features", "evaluate", "mine", "translate", "convert_mt"} & local
 
 
-@pytest.mark.parametrize("configfiles", [[], ["config/paper.yaml"]])
+@pytest.mark.parametrize("configfiles", [[], ["config/paper.yaml"], ["config/own-data.yaml"]])
 def test_snakemake_lint_is_clean(tmp_path, configfiles):
     extra = ["--configfile", *[str(REPO / c) for c in configfiles]] if configfiles else []
     result = run_snakemake(tmp_path, "--lint", *extra)

@@ -25,8 +25,25 @@ def images(corpus: str, split: str) -> str:
 
 
 def image_manifest(corpus: str, split: str) -> str:
-    """Sizes and times of the image files a split needs (:mod:`pseudopairs.data.manifest`)."""
+    """Names (relative to the corpus' image folder), sizes and content digests of the image files
+    a split needs (:mod:`pseudopairs.data.manifest`)."""
     return f"{RESULTS}/images/{corpus}/{split}.manifest.json"
+
+
+def corpus_source(corpus: str) -> str:
+    """A declared corpus' source files (metadata file or shards), keyed by content
+    (:mod:`pseudopairs.data.manifest`): rule read_corpus reads the corpus when it changes."""
+    return f"{RESULTS}/corpora/{corpus}/source.json"
+
+
+def downloads() -> str:
+    """Where the real data's downloads are kept (``fetch``)."""
+    return f"{RESULTS}/downloads"
+
+
+def exported_corpus(name: str) -> str:
+    """The demo world exported as a corpus in a user's format (rule export_world_corpus)."""
+    return f"{RESULTS}/exported/{name}"
 
 
 def features(corpus: str, split: str, fmt: str) -> str:

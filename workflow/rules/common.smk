@@ -9,6 +9,7 @@ from pseudopairs import cluster, environment, layout
 from pseudopairs import rounds as chains_of_rounds
 from pseudopairs import stacks
 from pseudopairs.data import contract as data_contract
+from pseudopairs.data import corpora
 from pseudopairs.data import text_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.evaluation.job import EvaluationJob
@@ -24,6 +25,9 @@ from pseudopairs.smalr import clc_contract
 from pseudopairs.translation import contract as translation_contract
 
 WORLD = config["data"]["source"] == "world"
+PAPER_SOURCE = config["data"]["source"] == "paper"
+WORLD_CORPORA = corpora.WORLD_CORPORA  # corpus -> has images
+world_export = corpora.WORLD_EXPORTS
 FMT = config["features"]["format"]
 SPLITS = list(data_contract.SPLITS)
 MODELS = stacks.model_seeds(config)  # experiment -> the seeds the outputs need (pseudopairs.stacks)
@@ -43,7 +47,7 @@ wildcard_constraints:
 
 
 PAPER = config.get("paper_data", {})  # real data only (data.source: paper)
-DOWNLOADS = f"{layout.RESULTS}/downloads"
+DOWNLOADS = layout.downloads()
 
 
 def as_json(value, *, sort_keys=True):
@@ -83,37 +87,8 @@ def one_of(names):
 
 
 # ----------------------------------------------------------------------------------------------
-# Real data (data.source: paper)
-
-
-def multi30k_files(task, split):
-    """Upstream files (relative to the Multi30K data root) behind one canonical split."""
-    m30k = PAPER["multi30k"]
-    if task == "task2":
-        upstream = m30k["task2_splits"][split]
-        files = [
-            f"task2/raw/{upstream}.{n}.{lang}.gz" for n in range(1, 6) for lang in ("en", "de")
-        ]
-        return files + [f"task2/image_splits/{upstream}_images.txt"]
-    upstream = m30k["task1_splits"][split]
-    files = [f"task1/raw/{upstream}.{lang}.gz" for lang in m30k["task1_langs"]]
-    return files + [f"task1/image_splits/{upstream}.txt"]
-
-
-def multi30k_downloads(task, split):
-    return [f"{DOWNLOADS}/multi30k/{f}" for f in multi30k_files(task, split)]
-
-
-def multi30k_url(wildcards):
-    return f"{PAPER['multi30k']['base'].rstrip('/')}/{wildcards.path}"
-
-
-def multi30k_sha256(relpath):
-    from pseudopairs.data.download import (
-        multi30k_sha256 as recorded,
-    )  # tqdm: imported only when needed
-
-    return recorded(relpath)
+# Corpora (config `corpora`; pseudopairs.data.corpora): the paper's downloads, the folders users
+# keep outside the workflow (keyed by content: pseudopairs.data.manifest)
 
 
 def sha256_arg(value):
@@ -121,27 +96,16 @@ def sha256_arg(value):
     return ["--sha256", value] if value else []
 
 
-def coco_image_dirs():
-    return [f"{DOWNLOADS}/coco/images/{part}" for part in PAPER["coco"]["images"]]
+def multi30k_sha256(relpath):
+    from pseudopairs.data.download import multi30k_sha256 as recorded  # tqdm: only when needed
+
+    return recorded(relpath)
 
 
 def archive(path):
     """A downloaded archive is removed once everything extracted from it exists (temp), unless
     paper_data.keep_archives is true."""
     return path if PAPER.get("keep_archives", False) else temp(path)
-
-
-def flickr30k_images():
-    """The Flickr30K image folder (distributed on request), checked when a job needs it, so a
-    placeholder path fails at the start of the run instead of inside a GPU job."""
-    path = Path(PAPER["flickr30k_images"])
-    if not path.is_dir():
-        raise ValueError(
-            f"config key 'paper_data.flickr30k_images': {path} is not a directory. Set it to the "
-            "folder of Flickr30K images ({image_id}.jpg; distributed on request, see "
-            "docs/cluster.md)."
-        )
-    return str(path)
 
 
 def feature_weights_input(wildcards):
@@ -153,40 +117,10 @@ def feature_weights_input(wildcards):
     return features_contract.weights_inputs(config)
 
 
-# Corpora whose images live in a folder the user keeps outside the workflow (real data): their
-# features depend on a manifest of the files each split needs, not on the folder, so a file
-# added to the folder reruns nothing (pseudopairs.data.manifest).
-MANIFEST_CORPORA = () if WORLD else ("m30k",)
-
-
-def feature_image_inputs(wildcards):
-    """The image list, plus (real data) the downloaded COCO image folders it points into, or the
-    manifest of the Flickr30K images it names."""
-    inputs = {"images": layout.images(wildcards.corpus, wildcards.split)}
-    if not WORLD and wildcards.corpus == "coco":
-        inputs["folders"] = coco_image_dirs()
-    elif wildcards.corpus in MANIFEST_CORPORA:
-        flickr30k_images()  # a wrong path fails here, naming the config key
-        inputs["manifest"] = layout.image_manifest(wildcards.corpus, wildcards.split)
-    return inputs
-
-
-def refresh_image_manifests():
-    """Bring each existing manifest up to date with its image files, before the DAG is built:
-    rewritten only when a needed image changed (then the features that read it are older and
-    rerun), untouched otherwise. Main process only (not in each cluster job's own parse)."""
-    from pseudopairs.data.manifest import refresh_manifest
-
-    if not MANIFEST_CORPORA or not workflow.is_main_process:
-        return
-    if not Path(PAPER.get("flickr30k_images") or "").is_dir():
-        return  # the features jobs' input function names the config key
-    for corpus in MANIFEST_CORPORA:
-        for split in SPLITS:
-            refresh_manifest(layout.images(corpus, split), layout.image_manifest(corpus, split))
-
-
-refresh_image_manifests()
+# Each existing manifest brought up to date with its files before the DAG is built (main
+# process only, not in each cluster job's own parse)
+if workflow.is_main_process:
+    corpora.refresh_manifests(config)
 
 
 # ----------------------------------------------------------------------------------------------

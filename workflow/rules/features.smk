@@ -4,7 +4,7 @@
 
 rule features:
     input:
-        unpack(feature_image_inputs),
+        unpack(from_wildcards(corpora.feature_image_inputs, "corpus", "split")),
         weights=feature_weights_input,
     output:
         features=layout.features("{corpus}", "{split}", FMT),
@@ -20,9 +20,12 @@ rule features:
         **job_resources("features", gpu=True),
     params:
         settings=as_json(config["features"]),
+        # the folder an external corpus' image list is relative to: not tracked (it takes
+        # `input`), so the same files through another path rerun nothing; the manifest is the key
+        image_root=lambda w, input: corpora.image_root_args(config, w.corpus),
     shell:
         "python -m pseudopairs features --images {input.images:q} --output {output.features:q} "
-        "--skipped {output.skipped:q} --settings {params.settings:q} > {log:q} 2>&1"
+        "--skipped {output.skipped:q} --settings {params.settings:q} {params.image_root:q} > {log:q} 2>&1"
 
 
 if WORLD:

@@ -7,7 +7,6 @@
 localrules:
     pseudopair_captions,
     pseudopair_stats,
-    pseudopair_figure,
 
 
 rule mine:
@@ -87,32 +86,38 @@ rule pseudopair_stats:
         "--plot {output.plot:q} --histogram {output.histogram:q} > {log:q} 2>&1"
 
 
-rule pseudopair_figure:
-    input:
-        report_contract.pseudopair_figure_inputs(config),
-    output:
-        png=report(
-            layout.pseudopair_figure("png"),
-            caption="../report/figure1.rst",
-            category="Pseudopairs",
-            labels=report_targets.labels(config, "Figure 1"),
-        ),
-        html=report(
-            layout.pseudopair_figure("html"),
-            caption="../report/figure1.rst",
-            category="Pseudopairs",
-            labels=report_targets.labels(config, "Figure 1 (page)"),
-        ),
-    log:
-        layout.log("pseudopair_figure", "pseudopair_examples"),
-    benchmark:
-        layout.benchmark("pseudopair_figure", "pseudopair_examples")
-    conda:
-        "../../envs/steps.yaml"
-    resources:
-        **job_resources("pseudopair_figure"),
-    params:
-        spec=as_json(report_contract.pseudopair_figure_spec(config), sort_keys=False),
-    shell:
-        "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png:q} "
-        "--html {output.html:q} > {log:q} 2>&1"
+# Figure 1, when the config asks for it (pseudopair_stats.figure)
+if config.get("pseudopair_stats", {}).get("figure"):
+
+    localrules:
+        pseudopair_figure,
+
+    rule pseudopair_figure:
+        input:
+            report_contract.pseudopair_figure_inputs(config),
+        output:
+            png=report(
+                layout.pseudopair_figure("png"),
+                caption="../report/figure1.rst",
+                category="Pseudopairs",
+                labels=report_targets.labels(config, "Figure 1"),
+            ),
+            html=report(
+                layout.pseudopair_figure("html"),
+                caption="../report/figure1.rst",
+                category="Pseudopairs",
+                labels=report_targets.labels(config, "Figure 1 (page)"),
+            ),
+        log:
+            layout.log("pseudopair_figure", "pseudopair_examples"),
+        benchmark:
+            layout.benchmark("pseudopair_figure", "pseudopair_examples")
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("pseudopair_figure"),
+        params:
+            spec=as_json(report_contract.pseudopair_figure_spec(config), sort_keys=False),
+        shell:
+            "python -m pseudopairs pseudopair-figure --spec {params.spec:q} --png {output.png:q} "
+            "--html {output.html:q} > {log:q} 2>&1"

@@ -57,8 +57,19 @@ def image_corpus(ds: dict) -> str:
 
 
 def corpus_langs(config: dict, corpus: str) -> set[str]:
-    """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them)."""
-    return {ds["lang"] for ds in config["datasets"].values() if ds["corpus"] == corpus}
+    """Languages the config's data sets give corpus ``corpus`` (its caption tables hold them; a
+    pseudopair or translated data set of its images does not)."""
+    return {ds["lang"] for name, ds in config["datasets"].items()
+            if ds["corpus"] == corpus and dataset_kind(config, name) in ("corpus", "selection")}
+
+
+def corpus_images(config: dict, corpus: str) -> str:
+    """The corpus whose images corpus ``corpus``' captions describe (its data sets' ``images``,
+    default itself: Multi30K's translation portion describes the comparable portion's images)."""
+    for ds in config["datasets"].values():
+        if ds["corpus"] == corpus and "images" in ds:
+            return ds["images"]
+    return corpus
 
 
 def known_caption_count(config: dict, name: str, split: str = "train") -> int | None:
@@ -147,6 +158,7 @@ def corpora_with_images(config: dict) -> list[str]:
     """Corpora whose images need features: those of the data sets plus the evaluation corpus."""
     corpora = {image_corpus(ds) for ds in config["datasets"].values()}
     corpora.add(config["evaluation"]["corpus"])
+    corpora |= {corpus_images(config, c) for c in config["evaluation"].get("lang_corpora", {}).values()}
     return sorted(corpora)
 
 
@@ -154,7 +166,9 @@ def text_corpora(config: dict) -> list[str]:
     """Corpora whose caption tables get prepared: those of the data sets, the image corpora and
     the translation corpus."""
     corpora = {ds["corpus"] for ds in config["datasets"].values()} | set(corpora_with_images(config))
-    return sorted(corpora | {config["evaluation"]["translation_corpus"]})
+    evaluation = config["evaluation"]
+    corpora |= set(evaluation.get("lang_corpora", {}).values())
+    return sorted(corpora | ({evaluation["translation_corpus"]} if evaluation.get("translation_corpus") else set()))
 
 
 def text_langs(config: dict) -> list[str]:
@@ -162,7 +176,7 @@ def text_langs(config: dict) -> list[str]:
     these): every data set's, the evaluation's translation languages, and in the demo world the
     translation portion's French and Czech."""
     langs = {d["lang"] for d in config["datasets"].values()}
-    langs.update(config["evaluation"]["translation_langs"])
+    langs.update(config["evaluation"].get("translation_langs") or [])
     if (config.get("data") or {}).get("source") == "world":
         langs.update(("fr", "cs"))
     return sorted(langs)
@@ -196,10 +210,13 @@ def tokenizer_errors(config: dict) -> list[str]:
 
 
 def check(config: dict) -> list[str]:
-    """The ``datasets`` section: each data set is one kind; a selection's ``select``, a pseudopair
+    """The ``corpora`` section (:func:`pseudopairs.data.corpora.check`) and the ``datasets``
+    section: each data set is one kind; a selection's ``select``, a pseudopair
     data set's set, corpus and language, a translation's source agree with what they name."""
+    from pseudopairs.data.corpora import check as corpora_errors
+
     datasets, pseudopairs = config.get("datasets", {}), config.get("pseudopairs", {})
-    messages = tokenizer_errors(config)
+    messages = corpora_errors(config) + tokenizer_errors(config)
     for name, ds in datasets.items():
         where = f"config key 'datasets.{name}"
         if sum(key in ds for key in ("pseudopairs", "translation", "select", "augment")) > 1:

@@ -399,8 +399,6 @@ def read_coco_karpathy(path: str | os.PathLike, split: str, *, images_dir: str |
 
 
 def _cmd_read_multi30k(args) -> int:
-    if args.images_out and not args.images_dir:
-        raise ValueError("--images-out needs --images-dir (the Flickr30K image folder)")
     langs = [x for x in args.langs.split(",") if x] if args.langs else None
     table, names = read_multi30k(args.root, task=args.task, split=args.split,
                                  canonical_split=args.canonical_split, langs=langs, corpus=args.corpus)
@@ -408,13 +406,13 @@ def _cmd_read_multi30k(args) -> int:
     log.info("%s: %d captions of %d images (%s)", args.captions_out, len(table), len(names),
              ",".join(table["lang"].unique()))
     if args.images_out:
-        write_parquet_atomic(args.images_out, multi30k_image_table(names, images_dir=args.images_dir))
+        write_parquet_atomic(args.images_out, multi30k_image_table(names, images_dir=args.images_dir or ""))
     return 0
 
 
 def _cmd_read_coco(args) -> int:
     captions, images, stats = read_coco_karpathy(args.karpathy_json, args.split, images_dir=args.images_dir,
-                                                 max_captions=args.max_captions or None)
+                                                 max_captions=args.max_captions or None, corpus=args.corpus)
     write_parquet_atomic(args.captions_out, captions)
     write_parquet_atomic(args.images_out, images)
     if args.stats_out:
@@ -434,7 +432,9 @@ def register_cli(subparsers) -> None:
                    help="comma-separated languages (task2 default en,de; task1 default: all of en,de,fr,cs present)")
     p.add_argument("--corpus", default=None, help="dataset name (default m30k for task2, m30k_task1 for task1)")
     p.add_argument("--captions-out", required=True, help="raw caption table (.parquet)")
-    p.add_argument("--images-dir", default=None, help="Flickr30K image folder, used for the image paths")
+    p.add_argument("--images-dir", default=None,
+                   help="Flickr30K image folder, prefixed to the image paths (default: none, the paths are "
+                        "relative to that folder, which the features step is given)")
     p.add_argument("--images-out", default=None, help="image list (.parquet)")
 
     p = commands.add_command(subparsers, "read-coco", _cmd_read_coco)
@@ -442,6 +442,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--split", required=True, choices=sorted(COCO_SPLITS),
                    help="canonical split (train = Karpathy train + restval)")
     p.add_argument("--images-dir", required=True, help="COCO image root holding train2014/ and val2014/")
+    p.add_argument("--corpus", default="coco", help="dataset name (default coco)")
     p.add_argument("--captions-out", required=True)
     p.add_argument("--images-out", required=True)
     p.add_argument("--max-captions", type=int, default=5, help="captions kept per image (0 = all; default 5)")

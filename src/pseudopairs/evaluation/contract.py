@@ -5,8 +5,8 @@ threads) and :func:`check` of the ``evaluation`` section's languages."""
 from __future__ import annotations
 
 from pseudopairs import layout
-from pseudopairs.data.contract import feature_format
-from pseudopairs.evaluation.job import EvaluatedModel, EvaluationData, EvaluationJob
+from pseudopairs.data.contract import corpus_images, corpus_langs, feature_format
+from pseudopairs.evaluation.job import EvaluatedModel, EvaluationData, EvaluationJob, LangTest
 from pseudopairs.experiments import table_experiments, table_test_corpus
 from pseudopairs.model.contract import experiment_training
 
@@ -31,14 +31,23 @@ def evaluation_data(config: dict, name: str | None = None) -> EvaluationData:
     on the evaluation corpus in ``evaluation.langs`` (every model), on the translation corpus in
     :func:`portion_langs` (``portion_retrieval`` in metrics.json), translation retrieval."""
     evaluation = config["evaluation"]
-    translation_captions = layout.captions(evaluation["translation_corpus"], "test")
+    translation_captions = (layout.captions(evaluation["translation_corpus"], "test")
+                            if evaluation.get("translation_corpus") else None)
+    others = {lang: corpus for lang, corpus in evaluation.get("lang_corpora", {}).items()
+              if lang in evaluation["langs"] and lang not in corpus_langs(config, evaluation["corpus"])}
+    # a language of your own data tested on its own corpus' test split and images
+    lang_tests = {lang: LangTest(captions=layout.captions(corpus, "test"),
+                                 features=layout.features(corpus_images(config, corpus), "test",
+                                                          feature_format(config)))
+                  for lang, corpus in others.items()}
     portion = portion_langs(config, name)
     return EvaluationData(
         captions=layout.captions(evaluation["corpus"], "test"),
         features=layout.features(evaluation["corpus"], "test", feature_format(config)),
         langs=list(evaluation["langs"]), translation_captions=translation_captions,
-        translation_langs=list(evaluation["translation_langs"]),
-        portion_captions=translation_captions if portion else None, portion_langs=portion)
+        translation_langs=list(evaluation.get("translation_langs") or []) if translation_captions else [],
+        portion_captions=translation_captions if portion else None, portion_langs=portion,
+        lang_tests=lang_tests)
 
 
 def evaluation_job(config: dict, name: str, seeds: list[int] | int) -> EvaluationJob:
@@ -55,11 +64,19 @@ def evaluation_job(config: dict, name: str, seeds: list[int] | int) -> Evaluatio
 
 
 def check(config: dict) -> list[str]:
-    """Every language of ``evaluation.langs`` is one a data set of the evaluation corpus has."""
+    """Every language of ``evaluation.langs`` is one a data set of the evaluation corpus has, or
+    of the corpus ``evaluation.lang_corpora`` names for it; translation retrieval has its corpus
+    and two languages, or neither."""
     evaluation, datasets = config.get("evaluation", {}), config.get("datasets", {})
     messages = []
     for i, lang in enumerate(evaluation.get("langs", [])):
-        if not any(d["lang"] == lang and d["corpus"] == evaluation.get("corpus") for d in datasets.values()):
+        corpus = evaluation.get("corpus")
+        if not any(d["lang"] == lang and d["corpus"] == corpus for d in datasets.values()):
+            corpus = evaluation.get("lang_corpora", {}).get(lang, corpus)
+        if not any(d["lang"] == lang and d["corpus"] == corpus for d in datasets.values()):
             messages.append(f"config key 'evaluation.langs.{i}': no data set of corpus "
-                            f"{evaluation.get('corpus')!r} has language {lang!r}")
+                            f"{corpus!r} has language {lang!r}")
+    if bool(evaluation.get("translation_corpus")) != (len(evaluation.get("translation_langs") or []) == 2):
+        messages.append("config key 'evaluation.translation_langs': translation retrieval needs "
+                        "evaluation.translation_corpus and two languages, or neither")
     return messages

@@ -84,29 +84,40 @@ def evaluate_checkpoint(*, checkpoint: str, vocab_path: str, spec: EvaluationDat
     if data.portion_langs:
         tables[portion] = read_captions(portion)
 
-    def retrieval_on(source: str, langs) -> dict:
+    def retrieval_on(source: str, langs, images=(image_ids, image_embeddings, data.features)) -> dict:
+        ids, embeddings, features_path = images
         out = {}
         for lang in langs:
-            texts, index = caption_rows(tables[source], image_ids, lang=lang, source=source,
-                                        features=data.features)
+            texts, index = caption_rows(tables[source], ids, lang=lang, source=source,
+                                        features=features_path)
             caption_embeddings = encode_captions_texts(model, vocab, texts, lang=lang, batch_size=256)
-            out[lang] = retrieval_metrics(image_embeddings=image_embeddings,
+            out[lang] = retrieval_metrics(image_embeddings=embeddings,
                                           caption_embeddings=caption_embeddings,
                                           caption_image_index=index, similarity=model.similarity)
             log.info("%s (%s): %s", lang, source, out[lang])
         return out
 
-    retrieval = retrieval_on(data.captions, data.langs)
+    # a language of your own data may be tested on its own corpus' test split and images
+    retrieval = retrieval_on(data.captions, [lang for lang in data.langs if lang not in data.lang_tests])
+    for lang, test in data.lang_tests.items():
+        tables[test.captions] = read_captions(test.captions)
+        ids, lang_features = load_features(test.features)
+        check_feature_files({test.features: lang_features.shape[1]}, image_dim=model.image_dim, model=checkpoint)
+        retrieval.update(retrieval_on(test.captions, [lang],
+                                      (ids, encode_image_features(model, lang_features), test.features)))
+    retrieval = {lang: retrieval[lang] for lang in data.langs}
     portion_retrieval = retrieval_on(portion, data.portion_langs)
-    a, b = data.translation_langs
-    texts_a, texts_b = parallel_texts(read_captions(data.translation_captions), source_lang=a,
-                                      target_lang=b, source=data.translation_captions)
-    emb_a = encode_captions_texts(model, vocab, texts_a, lang=a, batch_size=256)
-    emb_b = encode_captions_texts(model, vocab, texts_b, lang=b, batch_size=256)
-    translation = {
-        f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
-        f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
-    }
+    translation = {}
+    if data.translation_langs:
+        a, b = data.translation_langs
+        texts_a, texts_b = parallel_texts(read_captions(data.translation_captions), source_lang=a,
+                                          target_lang=b, source=data.translation_captions)
+        emb_a = encode_captions_texts(model, vocab, texts_a, lang=a, batch_size=256)
+        emb_b = encode_captions_texts(model, vocab, texts_b, lang=b, batch_size=256)
+        translation = {
+            f"{a}2{b}": translation_retrieval(source_embeddings=emb_a, target_embeddings=emb_b)["r1"],
+            f"{b}2{a}": translation_retrieval(source_embeddings=emb_b, target_embeddings=emb_a)["r1"],
+        }
     result = {
         "retrieval": retrieval,
         "translation": translation,

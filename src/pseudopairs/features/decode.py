@@ -45,8 +45,11 @@ class FileDataset:
     :class:`pseudopairs.features.network._ImageDataset` does); never raises, it returns the
     failure so the main process decides."""
 
-    def __init__(self, paths: Sequence[str], *, resize: int, crop: int) -> None:
+    def __init__(self, paths: Sequence[str], *, resize: int, crop: int,
+                 ranges: Sequence[tuple[int, int] | None] | None = None) -> None:
         self.paths = list(paths)
+        # (offset, size) of an image inside its file: a webdataset shard's member
+        self.ranges = list(ranges) if ranges is not None else [None] * len(self.paths)
         self.resize, self.crop = resize, crop
 
     def __len__(self) -> int:
@@ -55,10 +58,17 @@ class FileDataset:
     def __getitem__(self, row: int):
         import torch
 
-        path = self.paths[row]
+        path, byte_range = self.paths[row], self.ranges[row]
         try:
             with open(path, "rb") as handle:
-                data = handle.read()
+                if byte_range is None:
+                    data = handle.read()
+                else:
+                    handle.seek(byte_range[0])
+                    data = handle.read(byte_range[1])
+                    if len(data) != byte_range[1]:
+                        return row, None, "unreadable", (f"ValueError: the shard ends {byte_range[1] - len(data)} "
+                                                         "bytes before the image does")
         except FileNotFoundError as err:
             return row, None, "missing", f"file not found: {err}"
         except OSError as err:
@@ -66,7 +76,7 @@ class FileDataset:
         if is_jpeg(data):
             return row, ("jpeg", torch.frombuffer(bytearray(data), dtype=torch.uint8)), None, ""
         try:
-            return row, ("ready", load_image(path, resize=self.resize, crop=self.crop)), None, ""
+            return row, ("ready", load_image(path, resize=self.resize, crop=self.crop, byte_range=byte_range)), None, ""
         except Exception as err:  # noqa: BLE001 — any decoding failure means "unreadable image"
             return row, None, "unreadable", f"{type(err).__name__}: {err}"
 

@@ -84,8 +84,13 @@ class FeatureResult:
     reused_shards: int
 
 
+#: the columns of a webdataset's image list that locate an image inside its shard
+MEMBER_COLUMNS = ("member", "offset", "size")
+
+
 def read_image_list(path: str | os.PathLike) -> pd.DataFrame:
-    """Read an image list (columns ``image_id``, ``path``); ids must be unique."""
+    """Read an image list (columns ``image_id``, ``path``, and for images inside shards
+    ``member``, ``offset``, ``size``); ids must be unique."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"image list not found: {path}")
@@ -97,16 +102,45 @@ def _check_image_list(frame: pd.DataFrame, *, source: str) -> pd.DataFrame:
     missing = [c for c in IMAGE_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{source}: not an image list, missing columns {missing}")
-    frame = pd.DataFrame({"image_id": frame["image_id"].astype(str).tolist(),
-                          "path": frame["path"].astype(str).tolist()})
-    dup = frame["image_id"][frame["image_id"].duplicated()]
+    out = pd.DataFrame({"image_id": frame["image_id"].astype(str).tolist(),
+                        "path": frame["path"].astype(str).tolist()})
+    if "member" in frame.columns:
+        for column in MEMBER_COLUMNS:
+            out[column] = frame[column].tolist()
+    dup = out["image_id"][out["image_id"].duplicated()]
     if len(dup):
         raise ValueError(f"{source}: duplicate image_id {dup.iloc[0]!r} ({len(dup)} duplicates)")
-    return frame
+    return out
 
 
-def _check_files_exist(frame: pd.DataFrame, *, source: str) -> None:
-    missing = [(i, p) for i, p in zip(frame["image_id"], frame["path"]) if not os.path.isfile(p)]
+@dataclass
+class ImageSources:
+    """Where each image of a list is read from: the file (the list's path under the corpus'
+    folder, ``root``), the bytes inside it (a shard member), and its name in messages and shards
+    (relative to the folder, so a moved folder keeps its shards: the list's path, and a member's
+    ``shard[member]``)."""
+
+    files: list[str]
+    ranges: list[tuple[int, int] | None]
+    labels: list[str]
+    shown: list[str]   # in messages: the file, and a member's shard[member]
+
+
+def image_sources(frame: pd.DataFrame, root: str | os.PathLike | None = None) -> ImageSources:
+    paths = frame["path"].tolist()
+    files = [os.path.join(os.fspath(root), p) for p in paths] if root is not None else list(paths)
+    if "member" not in frame.columns:
+        return ImageSources(files, [None] * len(files), list(paths), files)
+    ranges = [(int(o), int(n)) for o, n in zip(frame["offset"], frame["size"])]
+    labels = [f"{p}[{m}]" for p, m in zip(paths, frame["member"])]
+    shown = [f"{f}[{m}]" for f, m in zip(files, frame["member"])]
+    return ImageSources(files, ranges, labels, shown)
+
+
+def _check_files_exist(frame: pd.DataFrame, sources: ImageSources, *, source: str) -> None:
+    exists: dict[str, bool] = {}
+    missing = [(i, f) for i, f in zip(frame["image_id"], sources.files)
+               if not exists.setdefault(f, os.path.isfile(f))]
     if missing:
         image_id, path = missing[0]
         more = f" (and {len(missing) - 1} more missing)" if len(missing) > 1 else ""
@@ -122,7 +156,10 @@ class _Job:
     """One extraction: the image list, its shards, the settings and what they fingerprint."""
 
     ids: list[str]
-    paths: list[str]
+    paths: list[str]              # each image's name in messages and shards (ImageSources.labels)
+    files: list[str]              # the file each image is read from
+    ranges: list                  # its bytes in that file (a shard member), or None
+    shown: list[str]              # its name in messages (ImageSources.shown)
     source: str
     settings: FeatureSettings
     shard_dir: Path | None
@@ -164,7 +201,8 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
     if model is None:
         model = prepare_model(build_model(settings.weights, seed=settings.seed, arch=settings.arch), device)
     on_device = settings.decode == "device"  # JPEGs decoded on the device (features.decode)
-    dataset = (FileDataset if on_device else _ImageDataset)(job.paths, resize=settings.resize, crop=settings.crop)
+    dataset = (FileDataset if on_device else _ImageDataset)(job.files, resize=settings.resize, crop=settings.crop,
+                                                            ranges=job.ranges)
     # Batches never cross a shard boundary and start at shard starts, so every shard is
     # computed with the same batches whether or not earlier shards were reused: a resumed
     # run gives bit-identical features (CPU kernels may round differently per batch shape).
@@ -220,7 +258,7 @@ def _compute_shards(job: _Job, pending: list[int], *, model, progress: bool) -> 
                         raise FileNotFoundError(f"{where}{reason} (listed in {job.source})")
                     if not settings.skip_unreadable:
                         raise UnreadableImageError(
-                            f"{where}cannot decode {job.paths[row]}: {reason} "
+                            f"{where}cannot decode {job.shown[row]}: {reason} "
                             f"(set features.skip_unreadable: true to skip such images)")
                     done_rows[row // size][row] = _clean_reason(reason)
                 launched = None
@@ -247,6 +285,7 @@ def extract_features(
     shard_dir: str | os.PathLike | None = None,
     model=None,
     progress: bool = True,
+    root: str | os.PathLike | None = None,
 ) -> FeatureResult:
     """Extract features for every row of the image list, in its order.
 
@@ -254,18 +293,21 @@ def extract_features(
     everything in memory, no resume). ``model``: an already prepared model (see
     :func:`pseudopairs.features.network.prepare_model`) to use instead of building one from
     ``settings.weights`` — the benchmark passes one; the shard fingerprint still describes
-    ``settings``.
+    ``settings``. ``root``: the folder the list's paths are relative to (a corpus kept outside
+    the workflow, :func:`pseudopairs.data.corpora.image_root`).
     """
     source = str(images) if not isinstance(images, pd.DataFrame) else "image list"
     frame = read_image_list(images) if not isinstance(images, pd.DataFrame) else _check_image_list(images, source=source)
-    ids, paths = frame["image_id"].tolist(), frame["path"].tolist()
+    sources = image_sources(frame, root)
+    ids = frame["image_id"].tolist()
     n = len(ids)
-    _check_files_exist(frame, source=source)
+    _check_files_exist(frame, sources, source=source)
     device = torch_device(settings.device)
     size = settings.shard_size
-    job = _Job(ids=ids, paths=paths, source=source, settings=settings,
-               shard_dir=Path(shard_dir) if shard_dir is not None else None, device=device,
-               fingerprint=settings_fingerprint(settings, device=device), stamps=file_stamps(paths),
+    job = _Job(ids=ids, paths=sources.labels, files=sources.files, ranges=sources.ranges,
+               shown=sources.shown, source=source,
+               settings=settings, shard_dir=Path(shard_dir) if shard_dir is not None else None, device=device,
+               fingerprint=settings_fingerprint(settings, device=device), stamps=file_stamps(sources.files),
                bounds=[(k * size, min(n, (k + 1) * size)) for k in range(-(-n // size))])
     _reuse_shards(job)
     reused = len(job.shards)
@@ -341,6 +383,7 @@ def run_features(
     settings: FeatureSettings,
     shard_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    root: str | os.PathLike | None = None,
 ) -> FeatureResult:
     """The ``pseudopairs features`` step: extract, write the skipped TSV (always) and the feature
     file (atomically, via ``save_features``), then remove the shards."""
@@ -351,7 +394,7 @@ def run_features(
                          f"ends in {output_path.suffix!r}; they must agree")
     shard_dir = Path(shard_dir) if shard_dir is not None else output_path.with_name(output_path.name + ".shards")
     check_preprocessing(settings)
-    result = extract_features(images_path, settings=settings, shard_dir=shard_dir, progress=progress)
+    result = extract_features(images_path, settings=settings, shard_dir=shard_dir, progress=progress, root=root)
     write_text_atomic(skipped_path, skipped_tsv(result.skipped))
     save_features(output_path, image_ids=result.image_ids, features=result.features,
                   backbone=backbone_record(settings))
@@ -364,7 +407,8 @@ def run_features(
 
 def _cmd_features(args: argparse.Namespace) -> int:
     settings = FeatureSettings.from_dict(args.settings)
-    run_features(args.images, args.output, args.skipped, settings=settings, shard_dir=args.shard_dir)
+    run_features(args.images, args.output, args.skipped, settings=settings, shard_dir=args.shard_dir,
+                 root=args.image_root)
     return 0
 
 
@@ -377,3 +421,5 @@ def register_cli(subparsers) -> None:
     p.add_argument("--skipped", required=True, help="TSV of skipped images (image_id, path, reason); always written")
     commands.add_json(p, "--settings", "the features config section")
     p.add_argument("--shard-dir", default=None, help="resumable shards (default: {output}.shards/)")
+    p.add_argument("--image-root", default=None,
+                   help="the folder the image list's paths are relative to (a corpus kept outside the workflow)")

@@ -182,11 +182,25 @@ def preprocess(img, *, resize: int, crop: int):
     return TF.pil_to_tensor(TF.center_crop(img, [crop, crop]))
 
 
-def load_image(path: str | os.PathLike, *, resize: int, crop: int):
-    """Decode an image file, RGB-convert and :func:`preprocess` it."""
+def load_image(path: str | os.PathLike, *, resize: int, crop: int,
+               byte_range: tuple[int, int] | None = None):
+    """Decode an image file -- or the ``(offset, size)`` bytes of one inside it (a webdataset
+    shard's member) --, RGB-convert and :func:`preprocess` it."""
+    import io
+
     from PIL import Image
 
-    with Image.open(path) as img:
+    if byte_range is not None:
+        offset, size = byte_range
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(size)
+        if len(data) != size:
+            raise ValueError(f"the shard ends {size - len(data)} bytes before the image does")
+        source = io.BytesIO(data)
+    else:
+        source = path
+    with Image.open(source) as img:
         img = img.convert("RGB")  # forces a full decode: truncated/corrupt data fails here
     return preprocess(img, resize=resize, crop=crop)
 
@@ -215,8 +229,10 @@ class _ImageDataset:
     """Map-style dataset over selected rows of the image list; never raises on a bad image, it
     returns the failure so the main process can decide (error or skip)."""
 
-    def __init__(self, paths: Sequence[str], *, resize: int, crop: int) -> None:
+    def __init__(self, paths: Sequence[str], *, resize: int, crop: int,
+                 ranges: Sequence[tuple[int, int] | None] | None = None) -> None:
         self.paths = list(paths)
+        self.ranges = list(ranges) if ranges is not None else [None] * len(self.paths)
         self.resize = resize
         self.crop = crop
 
@@ -226,7 +242,8 @@ class _ImageDataset:
     def __getitem__(self, row: int):
         path = self.paths[row]
         try:
-            return row, load_image(path, resize=self.resize, crop=self.crop), None, ""
+            image = load_image(path, resize=self.resize, crop=self.crop, byte_range=self.ranges[row])
+            return row, image, None, ""
         except FileNotFoundError as err:
             return row, None, "missing", f"file not found: {err}"
         except Exception as err:  # noqa: BLE001 — any decoding failure means "unreadable image"

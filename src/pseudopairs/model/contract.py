@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from pseudopairs import layout
-from pseudopairs.data.contract import corpus_langs, dataset_files, feature_format
+from pseudopairs.data.contract import corpus_images, corpus_langs, dataset_files, feature_format
 from pseudopairs.experiments import experiment
 from pseudopairs.model.job import RunSettings, TrainedModel, TrainingJob
 from pseudopairs.model.settings import ModelSettings, TrainingSettings
@@ -87,10 +87,13 @@ def validation_corpus(config: dict, lang: str) -> str:
     evaluation = config["evaluation"]
     if lang in corpus_langs(config, evaluation["corpus"]):
         return evaluation["corpus"]
-    if lang in corpus_langs(config, evaluation["translation_corpus"]):
+    if evaluation.get("translation_corpus") and lang in corpus_langs(config, evaluation["translation_corpus"]):
         return evaluation["translation_corpus"]
+    if lang in evaluation.get("lang_corpora", {}):   # another corpus, other images (your own data)
+        return evaluation["lang_corpora"][lang]
     raise ValueError(f"no validation captions in language {lang!r}: no data set of corpus "
-                     f"{evaluation['corpus']!r} or {evaluation['translation_corpus']!r} has it")
+                     f"{evaluation['corpus']!r} or {evaluation.get('translation_corpus')!r} has it "
+                     "(evaluation.lang_corpora names a corpus per language)")
 
 
 def validation_spec(config: dict, name: str) -> dict[str, Any]:
@@ -102,10 +105,14 @@ def validation_spec(config: dict, name: str) -> dict[str, Any]:
     spec = {"captions": layout.captions(evaluation["corpus"], "val"),
             "features": layout.features(evaluation["corpus"], "val", feature_format(config)),
             "langs": langs}
-    other = {lang: layout.captions(corpus, "val") for lang in langs
+    other = {lang: corpus for lang in langs
              if (corpus := validation_corpus(config, lang)) != evaluation["corpus"]}
     if other:   # only then: the spec (a job parameter) of every other experiment stays as it was
-        spec["lang_captions"] = other
+        spec["lang_captions"] = {lang: layout.captions(corpus, "val") for lang, corpus in other.items()}
+    features = {lang: layout.features(images, "val", feature_format(config)) for lang, corpus in other.items()
+                if (images := corpus_images(config, corpus)) != evaluation["corpus"]}
+    if features:   # a corpus of other images (evaluation.lang_corpora)
+        spec["lang_features"] = features
     return spec
 
 
@@ -138,6 +145,7 @@ def training_inputs(config: dict, name: str, seed: int) -> list[str]:
         files.update((ds["captions"], ds["features"]))
     files.update((spec["validation"]["captions"], spec["validation"]["features"]))
     files.update(spec["validation"].get("lang_captions", {}).values())
+    files.update(spec["validation"].get("lang_features", {}).values())
     if spec["init_from"]:
         files.add(spec["init_from"])
     if "path" in spec["vocab"]:

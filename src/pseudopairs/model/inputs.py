@@ -59,10 +59,10 @@ def check_spec(spec: dict) -> dict:
         raise ValueError("spec: validation must give captions and features")
     if not isinstance(val.get("langs"), list) or not val["langs"]:
         raise ValueError("spec: validation.langs must be a non-empty list of languages")
-    other = val.get("lang_captions", {})
-    if not isinstance(other, dict) or not all(isinstance(v, str) and v for v in other.values()):
-        raise ValueError("spec: validation.lang_captions must map languages to caption tables, "
-                         f"got {other!r}")
+    for key, what in (("lang_captions", "caption tables"), ("lang_features", "feature files")):
+        other = val.get(key, {})
+        if not isinstance(other, dict) or not all(isinstance(v, str) and v for v in other.values()):
+            raise ValueError(f"spec: validation.{key} must map languages to {what}, got {other!r}")
     if spec.get("text_init") is not None and not isinstance(spec["text_init"], str):
         raise ValueError(f"spec: text_init must be a HEM initial state path or absent, got "
                          f"{spec['text_init']!r}")
@@ -84,7 +84,8 @@ def file_stamp(path) -> list:
 
 def input_stamps(spec: dict) -> list:
     paths = [spec["validation"]["captions"], spec["validation"]["features"],
-             *spec["validation"].get("lang_captions", {}).values()]
+             *spec["validation"].get("lang_captions", {}).values(),
+             *spec["validation"].get("lang_features", {}).values()]
     if "path" in spec["vocab"]:
         paths.append(spec["vocab"]["path"])
     for e in spec["c2i"]:
@@ -119,9 +120,11 @@ def load_data(spec: dict, vocab, *, feature_cache: dict | None = None):
            for e in spec["c2c"]]
     val = spec["validation"]
     # a language the validation table lacks (paper 004's Fr, Cs) comes from its own table
-    # (``lang_captions``: the translation portion's val split), over the same images
+    # (``lang_captions``: the translation portion's val split), over the same images, or over
+    # its own corpus' images (``lang_features``: evaluation.lang_corpora)
     val_sets = [caption_set({"captions": val.get("lang_captions", {}).get(lang, val["captions"]),
-                             "features": val["features"], "lang": lang}, f"validation.{lang}")
+                             "features": val.get("lang_features", {}).get(lang, val["features"]),
+                             "lang": lang}, f"validation.{lang}")
                 for lang in val["langs"]]
     dims = {d.name: d.image_dim for d in c2i}
     dims.update({s.name: int(s.features.shape[1]) for s in val_sets})

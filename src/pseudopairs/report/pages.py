@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pseudopairs import layout
 
-DIRECTORY = f"{layout.RESULTS}/html"
 
 RESULTS = "all_results"  # every table, chart, check, statistic and figure on one page
 PSEUDOPAIR_STATS = "pseudopair_stats"
@@ -24,5 +23,6 @@ FIGURE1_CAPTION = ("Figure 1 — COCO images with the German caption each source
 
 
 def page(name: str) -> str:
-    """The HTML page ``name`` (a table's name, or one of the names above)."""
-    return f"{DIRECTORY}/{name}.html"
+    """The HTML page ``name`` (a table's name, or one of the names above), under the run's
+    results folder (``layout.RESULTS``, read when called: config ``results`` sets it)."""
+    return f"{layout.RESULTS}/html/{name}.html"
