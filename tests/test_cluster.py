@@ -148,7 +148,7 @@ def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_d
 
 def test_a_stack_and_its_evaluations_are_one_group_job(paper_slurm_dry_run):
     """Each evaluation runs in its training job's allocation: one group job per stack (an
-    experiment's stack) holding its train-stack job and its evaluate-stack job (the
+    experiment's stack) holding its train job and its evaluate job (the
     models' evaluations one after the other), so SLURM gets one GPU job per stack and no
     evaluation queues for a GPU alone."""
     jobs = dry_run_jobs(paper_slurm_dry_run)

@@ -144,9 +144,9 @@ def test_tiny_pipeline_builds_tables_and_reruns_only_stale_steps(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_stack_job_trains_its_block_and_a_new_seed_retrains_nothing_else(tmp_path):
-    """Seeds 1-2 of one experiment in one train-stack job (training.stack [2]) and one
-    evaluation job: each model's files where a job of its own writes them, one log per block;
-    nothing is stale afterwards; adding seed 3 (a new block) plans seed 3's jobs only."""
+    """Seeds 1-2 of one experiment in one train job (training.stack [2]) and one
+    evaluation job: each model's files where a job of its own writes them, one log per stack;
+    nothing is stale afterwards; adding seed 3 (a new stack) plans seed 3's jobs only."""
     config_path = tmp_path / "tiny.yaml"
     config = tiny_config()
     config["training"]["stack"] = [2]

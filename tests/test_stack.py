@@ -379,8 +379,8 @@ def test_stacked_gru_with_the_fused_cell_on_cuda_equals_plain_autograd():
 
 
 def _stack_commands(output: str) -> dict[str, str]:
-    """experiment.block (its log's name: ``en_de.seeds1-3``) -> rule and shell command of every
-    train-stack job of a dry run (-p)."""
+    """experiment.stack (its log's name: ``en_de.seeds1-3``) -> rule and shell command of every
+    train job of a stack of a dry run (-p)."""
     commands, rule = {}, None
     for line in output.splitlines():
         head = re.match(r"^\s*rule (train_stack_\w+):$", line)

@@ -59,7 +59,7 @@ def experiment_model(config: dict, name: str) -> ModelSettings:
 
 def run_settings(config: dict, name: str) -> RunSettings:
     """The settings each of the experiment's runs trains with. Without ``training.stack``, which
-    only groups seeds into jobs (regrouping them reruns no job whose block is unchanged)."""
+    only groups seeds into jobs (regrouping them reruns no job whose stack is unchanged)."""
     training = experiment_training(config, name)
     return RunSettings(training=replace(training, stack=TrainingSettings.defaults()["stack"]),
                        model=experiment_model(config, name))

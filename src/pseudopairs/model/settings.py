@@ -147,7 +147,7 @@ class TrainingSettings(Settings):
             raise self.bad("similarity", f"must be one of {SIMILARITIES.names()}")
         if not (isinstance(self.stack, list) and self.stack
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.stack)):
-            raise self.bad("stack", "must be a non-empty list of block sizes >= 1")
+            raise self.bad("stack", "must be a non-empty list of stack sizes >= 1")
 
 
 @dataclass(frozen=True)

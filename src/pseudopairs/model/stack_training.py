@@ -1,5 +1,5 @@
 """The ``train`` step: the seeds of one experiment's stack trained in one job (a
-:class:`~pseudopairs.model.job.TrainingJob`; a block of one seed is one model trained alone).
+:class:`~pseudopairs.model.job.TrainingJob`; a stack of one seed is one model trained alone).
 
 Each model is a run of its own (:class:`pseudopairs.model.training._Run`): its seed, spec (a
 pseudopair data set or fine-tuning source of its own seed), vocabulary, batch streams, task

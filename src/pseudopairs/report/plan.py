@@ -1,6 +1,6 @@
 """The figures of the docs that the plan determines (job counts, models, stacks, GPU submissions,
 the models' disk), computed from Snakemake's dry runs, and kept in the docs between markers so a
-test can check every one of them against the plan and ``pseudopairs plan-facts --write`` can
+test can check every one of them against the plan and ``pseudopairs docs --write`` can
 rewrite them::
 
     the paper configuration plans <!--plan:paper.jobs-->600<!--/plan--> jobs
@@ -71,10 +71,10 @@ def total_jobs(output: str) -> int:
 
 def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
     """The figures of one dry run, each named ``{prefix}.{what}``: ``jobs``; ``models`` (the
-    checkpoints it trains); ``stacks`` (the train jobs of a block of seeds) and ``stacks_of_N`` per block size;
+    checkpoints it trains); ``stacks`` (the train jobs of a stack of seeds) and ``stacks_of_N`` per stack size;
     ``gpu_jobs`` (jobs asking for a GPU) and ``gpu_submissions`` (what reaches a GPU queue: a
     group job once, with its members); the jobs of ``mine``, ``features``, ``translate`` (the
-    translations, CLC's included) and ``evaluate_clc``; ``model_disk_gb`` (models ×
+    translations, CLC's and the augmented sets' included) and ``evaluate_clc``; ``model_disk_gb`` (models ×
     :data:`CHECKPOINT_MB`, rounded)."""
     jobs = dry_run_jobs(output)
     checkpoints = {path for job in jobs for path in job["outputs"] if path.endswith("/checkpoint.pt")}
@@ -89,7 +89,7 @@ def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
         "gpu_submissions": len(groups) + sum(1 for job in gpu if not job["group"]),
         "mine": sum(job["rule"] == "mine" for job in jobs),
         "features": sum(job["rule"] == "features" for job in jobs),
-        "translate": sum(job["rule"] in ("translate", "translate_clc") for job in jobs),
+        "translate": sum(job["rule"] in ("translate", "translate_clc", "translate_augment") for job in jobs),
         "evaluate_clc": sum(job["rule"] == "evaluate_clc" for job in jobs),
         "model_disk_gb": round(len(checkpoints) * CHECKPOINT_MB / 1000),
     }
