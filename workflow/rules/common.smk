@@ -47,6 +47,8 @@ wildcard_constraints:
 
 
 PAPER = config.get("paper_data", {})  # real data only (data.source: paper)
+# download attempts of every download rule: paper_data.retries (its schema default without paper data)
+DOWNLOAD_RETRIES = PAPER.get("retries", 3)
 DOWNLOADS = layout.downloads()
 
 

@@ -115,7 +115,7 @@ if PAPER_SOURCE:
         params:
             url=lambda w: corpora.multi30k_url(config, w.path),
             sha256=lambda w: sha256_arg(multi30k_sha256(w.path)),
-            retries=PAPER["retries"],
+            retries=DOWNLOAD_RETRIES,
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
             "--retries {params.retries:q} > {log:q} 2>&1"
@@ -184,7 +184,7 @@ if PAPER_SOURCE:
         params:
             url=PAPER["coco"]["karpathy_url"],
             sha256=sha256_arg(PAPER["coco"].get("karpathy_sha256")),
-            retries=PAPER["retries"],
+            retries=DOWNLOAD_RETRIES,
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
             "--retries {params.retries:q} > {log:q} 2>&1"
@@ -221,7 +221,7 @@ if PAPER_SOURCE:
         params:
             url=lambda w: PAPER["coco"]["images"][w.part]["url"],
             sha256=lambda w: sha256_arg(PAPER["coco"]["images"][w.part].get("sha256")),
-            retries=PAPER["retries"],
+            retries=DOWNLOAD_RETRIES,
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
             "--retries {params.retries:q} > {log:q} 2>&1"
@@ -268,7 +268,7 @@ if PAPER_SOURCE:
         params:
             karpathy_json=lambda w, input: f"{input[0]}/dataset_coco.json",
             images_dir=f"{DOWNLOADS}/coco/images",
-            max_captions=PAPER["coco"].get("max_captions", 5),
+            max_captions=PAPER["coco"]["max_captions"],
         shell:
             "python -m pseudopairs read-coco --karpathy-json {params.karpathy_json:q} --split {wildcards.split:q} "
             "--corpus {wildcards.corpus:q} --images-dir {params.images_dir:q} --max-captions {params.max_captions:q} "

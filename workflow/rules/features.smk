@@ -15,7 +15,7 @@ rule features:
         layout.benchmark("features", "{corpus}.{split}")
     conda:
         "../../envs/steps.yaml"
-    threads: config["features"]["workers"] + (config["features"].get("threads") or 1)
+    threads: features_contract.job_threads(config)
     resources:
         **job_resources("features", gpu=True),
     params:

@@ -25,7 +25,7 @@ if smalr_contract.downloads_fasttext(config):
         params:
             url=from_wildcards(smalr_contract.fasttext_download, "lang", key="url"),
             sha256=lambda w: sha256_arg(smalr_contract.fasttext_download(config, w.lang)["sha256"]),
-            retries=PAPER.get("retries", 5),
+            retries=DOWNLOAD_RETRIES,
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
             "--retries {params.retries:q} > {log:q} 2>&1"

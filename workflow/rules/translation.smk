@@ -53,7 +53,7 @@ elif TRANSLATION_MODEL is not None:
         params:
             url=TRANSLATION_MODEL["url"],
             sha256=sha256_arg(TRANSLATION_MODEL["sha256"]),
-            retries=PAPER.get("retries", 5),
+            retries=DOWNLOAD_RETRIES,
         shell:
             "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
             "--retries {params.retries:q} > {log:q} 2>&1"
@@ -124,7 +124,7 @@ rule download_translation_named:
     params:
         url=from_wildcards(translation_contract.model_download, "name", key="url"),
         sha256=lambda w: sha256_arg(translation_contract.model_download(config, w.name)["sha256"]),
-        retries=config.get("paper_data", {}).get("retries", 5),
+        retries=DOWNLOAD_RETRIES,
     shell:
         "python -m pseudopairs download --url {params.url:q} --output {output:q} {params.sha256:q} "
         "--retries {params.retries:q} > {log:q} 2>&1"

@@ -16,6 +16,18 @@ from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.world.settings import SceneSettings
 
 
+def feature_settings(config: dict) -> FeatureSettings:
+    """The ``features`` section, typed."""
+    return FeatureSettings.from_dict(config["features"])
+
+
+def job_threads(config: dict) -> int:
+    """Cores a features job asks for: its decoding workers and its forward threads (null: the
+    one core the workers leave)."""
+    settings = feature_settings(config)
+    return settings.workers + (settings.threads or 1)
+
+
 def pretraining_settings(config: dict) -> dict:
     """The ``feature_pretraining`` section with the step's defaults filled in."""
     return asdict(FeaturePretrainingSettings.from_dict(config.get("feature_pretraining", {})))
