@@ -17,6 +17,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from pseudopairs.config import ConfigError, check_config, coerce_config_strings, load_config, load_schema
+from pseudopairs.dryrun import listed_jobs
 
 PAPER = REPO / "config" / "paper.yaml"
 SLURM_PROFILE = REPO / "profiles" / "slurm"
@@ -25,31 +26,7 @@ SLURM_PROFILE = REPO / "profiles" / "slurm"
 def dry_run_jobs(output: str) -> list[dict]:
     """Every job of a dry run: its rule, group job (None outside one), threads and resources.
     Jobs of a group job are listed indented below its "Group job NAME" line."""
-    jobs: list[dict] = []
-    group = job = None
-    for line in output.splitlines():
-        header = re.search(r"Group job (\S+) \(jobs", line)
-        if header:
-            group = header.group(1)
-            continue
-        head = re.match(r"^( *)(?:local)?rule (\w+):$", line)
-        if head:
-            if not head.group(1):
-                group = None
-            job = {"rule": head.group(2), "group": group, "threads": 1}
-            jobs.append(job)
-            continue
-        if job is not None:
-            resources = re.match(r"^\s+resources: (.*)$", line)
-            threads = re.match(r"^\s+threads: (\d+)$", line)
-            wildcards = re.match(r"^\s+wildcards: (.*)$", line)
-            if resources:
-                job.update(item.split("=", 1) for item in resources.group(1).split(", "))
-            elif threads:
-                job["threads"] = int(threads.group(1))
-            elif wildcards:
-                job["wildcards"] = wildcards.group(1)
-    return jobs
+    return listed_jobs(output)
 
 
 def by_rule(jobs: list[dict]) -> dict[str, list[dict]]:

@@ -37,6 +37,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from pseudopairs.dryrun import listed_jobs
+
 #: the job kinds a calibration covers: the resource names the GPU rules pass to job_resources
 KINDS = ("train", "evaluate", "features", "mine", "translate")
 REQUIRED_RATES = ("train_updates_per_s", "validation_s", "evaluate_model_s", "features_images_per_s",
@@ -312,27 +314,7 @@ class PlannedJob:
 def dry_run_jobs(text: str) -> list[PlannedJob]:
     """The jobs a ``snakemake -n`` listing shows (each ``rule NAME:`` block with its
     ``resources:`` line; jobs of a group job are indented under ``Group job NAME``)."""
-    jobs: list[PlannedJob] = []
-    group = current = None
-    for line in text.splitlines():
-        header = re.search(r"Group job (\S+) \(jobs", line)
-        if header:
-            group = header.group(1)
-            continue
-        head = re.match(r"^( *)(?:local)?rule (\w+):$", line)
-        if head:
-            if not head.group(1):
-                group = None
-            current = {"rule": head.group(2), "group": group}
-            jobs.append(current)
-            continue
-        found = re.match(r"^\s+(resources|wildcards): (.*)$", line)
-        if found and current is not None:
-            items = dict(item.split("=", 1) for item in found.group(2).split(", ") if "=" in item)
-            if found.group(1) == "wildcards":
-                current["wildcards"] = items
-            else:
-                current.update(items)
+    jobs = listed_jobs(text)
     planned = []
     for job in jobs:
         gpus = int(job.get("gpu", 0) or 0)

@@ -23,7 +23,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
-from pseudopairs.settings import Settings, SettingsError
+from pseudopairs.settings import Settings, SettingsError, is_kind
 
 J = TypeVar("J", bound="Job")
 
@@ -34,16 +34,6 @@ _PLAIN = {str: "a string", int: "an integer", float: "a number", bool: "true or 
 class JobError(SettingsError):
     """A job's JSON that does not fit its class; the message names the field (a settings error:
     a job carries settings)."""
-
-
-def _fits(value: Any, kind: type) -> bool:
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, kind)
 
 
 def _rebuild(value: Any, kind: Any, where: str) -> Any:
@@ -74,7 +64,7 @@ def _rebuild(value: Any, kind: Any, where: str) -> Any:
     if kind is Any:
         return value
     if kind in _PLAIN:
-        if not _fits(value, kind):
+        if not is_kind(value, kind):
             raise JobError(f"{where}: must be {_PLAIN[kind]}, got {value!r}")
         return float(value) if kind is float else value
     raise TypeError(f"{where}: unsupported job field type {kind!r}")

@@ -56,7 +56,9 @@ class SettingsError(ValueError):
     """A setting of the wrong kind, out of range, unknown or missing; the message names it."""
 
 
-def _is_kind(value: Any, kind: type) -> bool:
+def is_kind(value: Any, kind: type) -> bool:
+    """Whether ``value`` (parsed YAML or JSON) is a ``kind``: an int is no bool, a float any finite
+    number."""
     if kind is bool:
         return isinstance(value, bool)
     if kind is int:
@@ -89,7 +91,7 @@ def check_value(value: Any, meta: dict) -> Any:
     or a :class:`SettingsError` saying what it must be (without the key; callers add it)."""
     if value is None and meta["optional"]:
         return None
-    ok = _is_kind(value, meta["kind"]) if meta["choices"] is None else value in meta["choices"]
+    ok = is_kind(value, meta["kind"]) if meta["choices"] is None else value in meta["choices"]
     if ok and meta.get("pattern") is not None:
         ok = re.fullmatch(meta["pattern"], value) is not None
     if ok and meta["choices"] is None and meta["kind"] in (int, float):

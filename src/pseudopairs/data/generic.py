@@ -140,6 +140,18 @@ def _columns(path: Path) -> list[str]:
     return []   # JSON Lines: checked row by row
 
 
+def _check_split(split: str | None, has_split: bool | None, *, where: str, missing: str) -> bool:
+    """Whether the corpus' rows give their split: decided by the first row, then each row must
+    agree (``missing`` says what a row lacks) and name one of :data:`SPLITS`."""
+    if has_split is None:
+        has_split = split is not None
+    if (split is not None) != has_split:
+        raise CorpusError(f"{where}: {missing}")
+    if split is not None and split not in SPLITS:
+        raise CorpusError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
+    return has_split
+
+
 def _text(value: Any) -> str | None:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return None
@@ -182,12 +194,8 @@ def collect_imagefolder(settings: ImageFolderCorpus, root: Path, metadata: str) 
             raise CorpusError(f"{where}: language {lang!r} (column {settings.lang_column!r}) is not a "
                               "two-letter code")
         split = _text(row.get(settings.split_column)) if settings.split_column in row else None
-        if has_split is None:
-            has_split = split is not None
-        if (split is not None) != has_split:
-            raise CorpusError(f"{where}: no {settings.split_column!r} value, while earlier rows have one")
-        if split is not None and split not in SPLITS:
-            raise CorpusError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
+        has_split = _check_split(split, has_split, where=where,
+                                 missing=f"no {settings.split_column!r} value, while earlier rows have one")
         image_id = image_id_of(name)
         if image_id in found.paths and found.paths[image_id] != name:
             raise CorpusError(f"{where}: {name} and {found.paths[image_id]} ({found.where[image_id]}) "
@@ -291,12 +299,8 @@ def collect_webdataset(settings: WebDatasetCorpus, root: Path, shards: Sequence[
                 raise CorpusError(f"{where}: language {lang!r} ({key}.json field {settings.lang_field!r}) "
                                   "is not a two-letter code")
             split = _text(meta.get(settings.split_field))
-            if has_split is None:
-                has_split = split is not None
-            if (split is not None) != has_split:
-                raise CorpusError(f"{where}: {key}.json has no {settings.split_field!r}, while earlier samples do")
-            if split is not None and split not in SPLITS:
-                raise CorpusError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
+            has_split = _check_split(split, has_split, where=where,
+                                     missing=f"{key}.json has no {settings.split_field!r}, while earlier samples do")
             found.paths[key], found.splits[key], found.where[key] = shard, split, where
             found.members[key] = sample["image"]
             found.captions.append(Caption(key, lang, caption, where))

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from pseudopairs.dryrun import listed_jobs
+
 #: The models' disk: the best-weights checkpoint at the paper's sizes, measured by the rehearsal
 #: (docs/scale.md: 58 MB per model).
 CHECKPOINT_MB = 58
@@ -32,33 +34,8 @@ MARKER = re.compile(r"<!--plan:(?P<name>[\w.]+)-->(?P<value>[^<]*)<!--/plan-->")
 
 def dry_run_jobs(output: str) -> list[dict]:
     """Every job of a dry run (``snakemake -n``, with or without the SLURM profile): its rule,
-    group job (None outside one), threads, outputs and resources."""
-    jobs: list[dict] = []
-    group = job = None
-    for line in output.splitlines():
-        header = re.search(r"Group job (\S+) \(jobs", line)
-        if header:
-            group = header.group(1)
-            continue
-        head = re.match(r"^( *)(?:local)?rule (\w+):$", line)
-        if head:
-            if not head.group(1):
-                group = None
-            job = {"rule": head.group(2), "group": group, "threads": 1, "outputs": []}
-            jobs.append(job)
-            continue
-        if job is None:
-            continue
-        resources = re.match(r"^\s+resources: (.*)$", line)
-        threads = re.match(r"^\s+threads: (\d+)$", line)
-        outputs = re.match(r"^\s+output: (.*)$", line)
-        if resources:
-            job.update(item.split("=", 1) for item in resources.group(1).split(", "))
-        elif threads:
-            job["threads"] = int(threads.group(1))
-        elif outputs:
-            job["outputs"] = outputs.group(1).split(", ")
-    return jobs
+    group job (None outside one), threads, outputs and resources (:func:`pseudopairs.dryrun.listed_jobs`)."""
+    return listed_jobs(output)
 
 
 def total_jobs(output: str) -> int:
