@@ -23,12 +23,6 @@ PAPER = REPO / "config" / "paper.yaml"
 SLURM_PROFILE = REPO / "profiles" / "slurm"
 
 
-def dry_run_jobs(output: str) -> list[dict]:
-    """Every job of a dry run: its rule, group job (None outside one), threads and resources.
-    Jobs of a group job are listed indented below its "Group job NAME" line."""
-    return listed_jobs(output)
-
-
 def by_rule(jobs: list[dict]) -> dict[str, list[dict]]:
     rules: dict[str, list[dict]] = {}
     for job in jobs:
@@ -100,7 +94,7 @@ def test_partitions_come_from_the_config_and_survive_set_resources(paper_slurm_d
     model-updates/s: 1,084.9 s x 1.5 -> 28 min; evaluating 3 models 60 + 3 x 24 = 132 s x 1.5 ->
     the floor of 5 min, 7 models 228 s x 1.5 -> 6 min; memory (3,254 + 3,000) x 1.5 -> 9,500 MB
     to train, (1,385 + 3,000) x 1.5 -> 7,000 MB to evaluate)."""
-    jobs = dry_run_jobs(paper_slurm_dry_run)
+    jobs = listed_jobs(paper_slurm_dry_run)
     rules = by_rule(jobs)
     stacks, evaluations = training_jobs(jobs), evaluation_jobs(jobs)
     assert "train" not in rules and "evaluate" not in rules   # every model is in a block of 3 or 7
@@ -128,7 +122,7 @@ def test_a_stack_and_its_evaluations_are_one_group_job(paper_slurm_dry_run):
     experiment's stack) holding its train job and its evaluate job (the
     models' evaluations one after the other), so SLURM gets one GPU job per stack and no
     evaluation queues for a GPU alone."""
-    jobs = dry_run_jobs(paper_slurm_dry_run)
+    jobs = listed_jobs(paper_slurm_dry_run)
     groups: dict[str, list[dict]] = {}
     for job in jobs:
         if job["group"]:
@@ -164,9 +158,9 @@ resources:
     result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
                            "results/table1.csv", "--configfile", str(PAPER), str(site))
     assert result.returncode == 0, result.stderr[-3000:]
-    rules = by_rule(dry_run_jobs(result.stdout))
-    rules["train"] = training_jobs(dry_run_jobs(result.stdout))   # stacks take train's placement
-    rules["evaluate"] = evaluation_jobs(dry_run_jobs(result.stdout))
+    rules = by_rule(listed_jobs(result.stdout))
+    rules["train"] = training_jobs(listed_jobs(result.stdout))   # stacks take train's placement
+    rules["evaluate"] = evaluation_jobs(listed_jobs(result.stdout))
     assert rules["train"] and rules["evaluate"]
     for rule, partition in (("train", "gpu-long"), ("evaluate", "gpu-long"), ("features", "gpu-io")):
         for job in rules[rule]:
@@ -176,7 +170,7 @@ resources:
     for job in rules["prepare_captions"]:
         assert job["slurm_partition"] == "short" and job["slurm_extra"] == "--mail-type=FAIL"
         assert not {"qos", "constraint", "gpu_model", "gres", "gpu"} & set(job)
-    assert not any("slurm_account" in job for job in dry_run_jobs(result.stdout))
+    assert not any("slurm_account" in job for job in listed_jobs(result.stdout))
 
 
 def test_gres_asks_for_the_gpus_instead_of_gpus(tmp_path):
@@ -255,7 +249,7 @@ def test_a_stack_group_job_asks_its_calibrated_minutes_first(paper_slurm_dry_run
     28 + 6 for a stack of 7 (it asked 99 and 231, S x (25 + 8), before the calibration; 1,470 per
     model before that)."""
     groups: dict[str, int] = {}
-    for job in dry_run_jobs(paper_slurm_dry_run):
+    for job in listed_jobs(paper_slurm_dry_run):
         if job["group"]:
             groups[job["group"]] = groups.get(job["group"], 0) + int(job["runtime"])
     assert set(groups.values()) == {20, 34}

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from pseudopairs.dryrun import listed_jobs
+from pseudopairs.settings import deep_update
 
 #: the job kinds a calibration covers: the resource names the GPU rules pass to job_resources
 KINDS = ("train", "evaluate", "features", "mine", "translate")
@@ -246,14 +247,6 @@ def calibration_errors(config: Mapping) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def _merge(target: dict, update: Mapping) -> None:
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = value
-
-
 def record(path: str | Path, *, gpu_model: str, rates: Mapping | None = None,
            memory_mb: Mapping | None = None, note: str = "", base: str | Path | None = None) -> dict:
     """Add measured ``rates`` / ``memory_mb`` (nested mappings, merged key by key) to the
@@ -277,7 +270,7 @@ def record(path: str | Path, *, gpu_model: str, rates: Mapping | None = None,
     for section, values in (("rates", rates), ("memory_mb", memory_mb)):
         if not values:
             continue
-        _merge(data.setdefault(section, {}), values)
+        deep_update(data.setdefault(section, {}), values)
         for leaf in _leaves(values, section):
             provenance[leaf] = stamp
     Calibration.from_dict(data, source=str(path))  # what is written can be read

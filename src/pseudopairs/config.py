@@ -20,7 +20,7 @@ import yaml
 from pseudopairs.calibration import calibration_errors
 from pseudopairs.cluster import placeholder_errors
 from pseudopairs.rounds import expand_rounds
-from pseudopairs.settings import PATTERN_TEXT, expand_schema
+from pseudopairs.settings import PATTERN_TEXT, deep_update, expand_schema
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -257,13 +257,5 @@ def load_config(*paths: str | Path) -> dict[str, Any]:
     key given twice in one file is an error (:func:`read_config_file`)."""
     merged: dict[str, Any] = {}
     for path in paths:
-        _deep_update(merged, read_config_file(path))
+        deep_update(merged, read_config_file(path))
     return merged
-
-
-def _deep_update(target: dict, update: dict) -> None:
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _deep_update(target[key], value)
-        else:
-            target[key] = value

@@ -52,6 +52,16 @@ def setting(default: Any = MISSING, *, kind: type, low: float | None = None,
     return field(default=default, metadata=meta)
 
 
+def deep_update(target: dict, update: Mapping) -> None:
+    """Merge ``update`` into ``target`` key by key (nested mappings recursively, anything else
+    replaced): the config files' layering, and the calibration file's measured entries."""
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            deep_update(target[key], value)
+        else:
+            target[key] = value
+
+
 class SettingsError(ValueError):
     """A setting of the wrong kind, out of range, unknown or missing; the message names it."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pseudopairs.features.network import load_image
+from pseudopairs.features.network import image_bytes, load_image
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 
@@ -60,18 +60,10 @@ class FileDataset:
 
         path, byte_range = self.paths[row], self.ranges[row]
         try:
-            with open(path, "rb") as handle:
-                if byte_range is None:
-                    data = handle.read()
-                else:
-                    handle.seek(byte_range[0])
-                    data = handle.read(byte_range[1])
-                    if len(data) != byte_range[1]:
-                        return row, None, "unreadable", (f"ValueError: the shard ends {byte_range[1] - len(data)} "
-                                                         "bytes before the image does")
+            data = image_bytes(path, byte_range)
         except FileNotFoundError as err:
             return row, None, "missing", f"file not found: {err}"
-        except OSError as err:
+        except (OSError, ValueError) as err:
             return row, None, "unreadable", f"{type(err).__name__}: {err}"
         if is_jpeg(data):
             return row, ("jpeg", torch.frombuffer(bytearray(data), dtype=torch.uint8)), None, ""

@@ -182,6 +182,20 @@ def preprocess(img, *, resize: int, crop: int):
     return TF.pil_to_tensor(TF.center_crop(img, [crop, crop]))
 
 
+def image_bytes(path: str | os.PathLike, byte_range: tuple[int, int] | None = None) -> bytes:
+    """An image file's bytes, or the ``(offset, size)`` bytes of one inside it (a webdataset
+    shard's member); a shard that ends early is a ValueError."""
+    with open(path, "rb") as handle:
+        if byte_range is None:
+            return handle.read()
+        offset, size = byte_range
+        handle.seek(offset)
+        data = handle.read(size)
+    if len(data) != size:
+        raise ValueError(f"the shard ends {size - len(data)} bytes before the image does")
+    return data
+
+
 def load_image(path: str | os.PathLike, *, resize: int, crop: int,
                byte_range: tuple[int, int] | None = None):
     """Decode an image file -- or the ``(offset, size)`` bytes of one inside it (a webdataset
@@ -190,16 +204,7 @@ def load_image(path: str | os.PathLike, *, resize: int, crop: int,
 
     from PIL import Image
 
-    if byte_range is not None:
-        offset, size = byte_range
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(size)
-        if len(data) != size:
-            raise ValueError(f"the shard ends {size - len(data)} bytes before the image does")
-        source = io.BytesIO(data)
-    else:
-        source = path
+    source = io.BytesIO(image_bytes(path, byte_range)) if byte_range is not None else path
     with Image.open(source) as img:
         img = img.convert("RGB")  # forces a full decode: truncated/corrupt data fails here
     return preprocess(img, resize=resize, crop=crop)

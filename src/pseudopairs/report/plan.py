@@ -6,7 +6,7 @@ rewrite them::
     the paper configuration plans <!--plan:paper.jobs-->600<!--/plan--> jobs
 
 A dry run with the SLURM profile lists each group job's members under a ``Group job NAME`` line;
-:func:`dry_run_jobs` reads every job's rule, group, outputs and resources from it, and
+:func:`pseudopairs.dryrun.listed_jobs` reads every job's rule, group, outputs and resources from it, and
 :func:`plan_facts` counts. :data:`PLANS` names the dry runs the docs quote.
 """
 
@@ -32,12 +32,6 @@ PLANS = {
 MARKER = re.compile(r"<!--plan:(?P<name>[\w.]+)-->(?P<value>[^<]*)<!--/plan-->")
 
 
-def dry_run_jobs(output: str) -> list[dict]:
-    """Every job of a dry run (``snakemake -n``, with or without the SLURM profile): its rule,
-    group job (None outside one), threads, outputs and resources (:func:`pseudopairs.dryrun.listed_jobs`)."""
-    return listed_jobs(output)
-
-
 def total_jobs(output: str) -> int:
     """The ``total`` line of the dry run's job statistics."""
     found = re.findall(r"^total\s+(\d+)$", output, re.M)
@@ -53,7 +47,7 @@ def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
     group job once, with its members); the jobs of ``mine``, ``features``, ``translate`` (the
     translations, CLC's and the augmented sets' included) and ``evaluate_clc``; ``model_disk_gb`` (models ×
     :data:`CHECKPOINT_MB`, rounded)."""
-    jobs = dry_run_jobs(output)
+    jobs = listed_jobs(output)
     checkpoints = {path for job in jobs for path in job["outputs"] if path.endswith("/checkpoint.pt")}
     gpu = [job for job in jobs if int(job.get("gpu", 0) or 0) > 0]
     groups = {job["group"] for job in gpu if job["group"]}
