@@ -67,6 +67,10 @@ COMMANDS: dict[str, Command] = {
     "method-check": Command("report", "pseudopairs.report.method_check", "the paper's effects in this run (Welch t)"),
     "rounds-summary": Command("report", "pseudopairs.report.rounds_summary", "iterated bootstrapping: per-round scores, §7.2 shares, stop rule, figure"),
     "report-page": Command("report", "pseudopairs.report.html", "an HTML page of tables (ours vs the paper, charts) and figures"),
+    "export": Command("search", "pseudopairs.search.export", "a trained model as a self-contained folder (safetensors, config.json, text preparation, image network, model card)"),
+    "index": Command("search", "pseudopairs.search.index", "embed a collection's images (and captions) with an exported model -> a search index (Parquet)"),
+    "search": Command("search", "pseudopairs.search.query", "query a search index with a sentence in any of the model's languages, or an image"),
+    "serve": Command("search", "pseudopairs.search.service", "a search service and page over an index (HTTP, 127.0.0.1)"),
     "rehearsal-data": Command("rehearsal", "pseudopairs.rehearsal.data", "the rehearsal's inputs at the paper's counts (config/rehearsal.yaml)"),
     "rehearsal-summary": Command("rehearsal", "pseudopairs.rehearsal.summary", "results/rehearsal.csv from the rules' benchmark files"),
 }
@@ -79,6 +83,7 @@ STAGES = {
     "translation": "machine translation of captions",
     "mining": "mining and filtering pseudopairs",
     "report": "tables, statistics, figures",
+    "search": "a trained model as multilingual image search: export, index, search, serve",
     "rehearsal": "the paper configuration at its size, offline (config/rehearsal.yaml)",
 }
 
