@@ -124,9 +124,9 @@ def build_tiny_export(workdir: Path) -> Path:
     config = tiny_config()
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
     run_dir = "results/models/en_de_c2c/seed1"
-    result = run_snakemake(workdir, "--cores", "2", "--configfile", str(workdir / "tiny.yaml"),
-                           f"{run_dir}/checkpoint.pt", "results/images/m30k/test.parquet",
-                           "results/captions/raw/m30k/test.parquet", timeout=1200)
+    result = run_snakemake(workdir, f"{run_dir}/metrics.json", "results/images/m30k/test.parquet",
+                           "results/captions/raw/m30k/test.parquet", "--cores", "2",
+                           "--configfile", str(workdir / "tiny.yaml"), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     out = workdir / "exported"
     result = pseudopairs_cli("export", run_dir, str(out), cwd=workdir)
