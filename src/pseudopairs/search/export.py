@@ -197,6 +197,16 @@ def image_network(spec: dict, config: dict, *, image_dim: int, out: Path) -> tup
     return image, save_tensors(out / fmt.IMAGE_WEIGHTS, network.state_dict())
 
 
+def package_version() -> str:
+    """The installed package's version (its metadata; the top-level package imports this stage)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pseudopairs")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def package_commit() -> str | None:
     """The git commit of the package's checkout (None outside one)."""
     try:
@@ -236,7 +246,6 @@ def export_run(run_dir, out_dir, *, configfiles=()) -> Path:
     """Export the run in ``run_dir`` to ``out_dir`` (written atomically); returns ``out_dir``."""
     import torch
 
-    from pseudopairs import __version__
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.search.model import SearchModel
 
@@ -264,7 +273,7 @@ def export_run(run_dir, out_dir, *, configfiles=()) -> Path:
             if image_tensors is not None:
                 tensors[fmt.IMAGE_WEIGHTS] = image_tensors
             exported = {
-                "format": fmt.FORMAT, "library_name": "pseudopairs", "pseudopairs_version": __version__,
+                "format": fmt.FORMAT, "library_name": "pseudopairs", "pseudopairs_version": package_version(),
                 "git_commit": package_commit(), "experiment": spec["experiment"], "seed": int(meta["seed"]),
                 "languages": langs, "dim": model.joint_dim, "similarity": model.similarity,
                 "model": model.config(), "text": text, "image": image, "tensors": tensors,
