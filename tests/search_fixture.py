@@ -129,6 +129,6 @@ def build_tiny_export(workdir: Path) -> Path:
                            "--configfile", str(workdir / "tiny.yaml"), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     out = workdir / "exported"
-    result = pseudopairs_cli("export", run_dir, str(out), cwd=workdir)
+    result = pseudopairs_cli("export", run_dir, str(out), "--configfile", str(workdir / "tiny.yaml"), cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     return out

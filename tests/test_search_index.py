@@ -233,7 +233,7 @@ def test_index_and_search_commands_with_an_exported_model(tiny_export, tmp_path)
     captions = pd.read_parquet(work / "results/captions/raw/m30k/test.parquet")
     ids = pd.read_parquet(work / "results/images/m30k/test.parquet")["image_id"].tolist()
     np.testing.assert_allclose(index.vectors, model.encode_images([str(work / p) for p in
-                               pd.read_parquet(work / "results/images/m30k/test.parquet")["path"]]), atol=1e-6)
+                               pd.read_parquet(work / "results/images/m30k/test.parquet")["path"]]), atol=1e-5)  # batches of 5 vs 16
     query = captions[captions["lang"] == "en"]["raw"].iloc[0]
     result = pseudopairs_cli("search", "--index", str(index_dir), "--lang", "en", query, "-k", "5", "--json")
     assert result.returncode == 0, result.stderr
@@ -257,3 +257,22 @@ def test_index_and_search_commands_with_an_exported_model(tiny_export, tmp_path)
     bad = pseudopairs_cli("search", "--index", str(index_dir), "--lang", "en", query)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
     assert "differs from the index's 111111111111" in bad.stderr
+
+
+@pytest.mark.parametrize("target, configfile, corpus", [
+    ("results/search/de_coco_pseudo_ft/seed1/m30k_test", None, "m30k"),
+    ("results/own_data/search/fr_photos_pseudo_ft/seed1/cartes_test", "own-data.yaml", "cartes"),
+])
+def test_the_workflow_plans_the_main_models_index(tmp_path, target, configfile, corpus):
+    from conftest import REPO, run_snakemake
+
+    extra = ["--configfile", str(REPO / "config" / configfile)] if configfile else []
+    result = run_snakemake(tmp_path, "-n", "-p", target, "--cores", "2", *extra)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    root = target.split("/search/")[0]
+    experiment = target.split("/")[-3]
+    assert (f"python -m pseudopairs export {root}/models/{experiment}/seed1 {root}/exported/{experiment}/seed1"
+            in out)
+    assert (f"python -m pseudopairs index --model {root}/exported/{experiment}/seed1 --images "
+            f"{root}/images/{corpus}/test.parquet --captions {root}/captions/raw/{corpus}/test.parquet" in out)

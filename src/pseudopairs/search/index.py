@@ -360,7 +360,7 @@ def build_index(*, model: Any, images: str | os.PathLike, out: str | os.PathLike
                 device: str = "cpu", progress: bool = True) -> dict:
     """Build (or finish) the index of ``images`` in ``out`` with ``model`` (an exported model's
     folder, or a loaded model); returns its manifest."""
-    from pseudopairs import load
+    from pseudopairs.search.model import load
 
     if chunk < 1:
         raise SearchError(f"--chunk: must be ≥ 1, got {chunk}")
@@ -379,8 +379,12 @@ def build_index(*, model: Any, images: str | os.PathLike, out: str | os.PathLike
     if captions is not None:
         caption_info = embed_captions(Path(captions), model, out, ids=set(items.ids), lang=lang,
                                       batch_size=256)
-    from pseudopairs import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        __version__ = version("pseudopairs")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        __version__ = None
     manifest = {**plan, "kind": items.kind, "root": str(items.root), "model": str(Path(model.folder).resolve()),
                 "languages": list(model.languages), "parts": parts, "captions": caption_info,
                 "version": __version__}

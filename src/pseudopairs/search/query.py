@@ -212,7 +212,7 @@ def check_model(index: SearchIndex, model) -> None:
 
 def load_model_for(index: SearchIndex, model_folder: str | os.PathLike | None = None, *, device: str = "cpu"):
     """The model the index records (or ``model_folder``), checked against the index."""
-    from pseudopairs import load
+    from pseudopairs.search.model import load
 
     folder = model_folder or index.manifest["model"]
     if not Path(folder).is_dir():
