@@ -43,6 +43,9 @@ from pseudopairs.search.query import (MAX_K, SearchIndex, caption_results, check
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 64
+#: how long the batcher waits, after the first query of a batch, for more (seconds): clients
+#: answered by the previous batch send their next queries within it, and join this one
+MAX_WAIT = 0.005
 THUMBNAIL = 320
 
 
@@ -70,8 +73,8 @@ class Batcher:
     ``encode_texts`` call, the uploaded images in one ``encode_images`` call, then one exact
     search of all text queries over the images and one of all image queries over the captions."""
 
-    def __init__(self, index: SearchIndex, model, *, max_batch: int = MAX_BATCH):
-        self.index, self.model, self.max_batch = index, model, int(max_batch)
+    def __init__(self, index: SearchIndex, model, *, max_batch: int = MAX_BATCH, max_wait: float = MAX_WAIT):
+        self.index, self.model, self.max_batch, self.max_wait = index, model, int(max_batch), float(max_wait)
         self._queue: queue.Queue = queue.Queue()
         self.batches = 0
         self.queries = 0
@@ -92,9 +95,10 @@ class Batcher:
         if first is None:
             return None
         jobs = [first]
+        deadline = time.monotonic() + self.max_wait
         while len(jobs) < self.max_batch:
             try:
-                job = self._queue.get_nowait()
+                job = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if job is None:
