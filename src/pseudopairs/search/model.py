@@ -174,9 +174,20 @@ class SearchModel:
 
         return encode_image_features(self.ranking, features).numpy().astype(np.float32, copy=False)
 
-    def encode_images(self, images: Sequence, *, batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """Images (paths, bytes or PIL images) -> (n, dim) float32, L2-normalised rows."""
+    def _decoded(self, images: list, start: int, batch_size: int):
+        """One batch of images decoded, resized and cropped: uint8 (B, 3, crop, crop)."""
         import torch
+
+        chunk = images[start:start + batch_size]
+        return torch.stack([self.load_image(image, name=_image_name(image, start + j))
+                            for j, image in enumerate(chunk)])
+
+    def encode_images(self, images: Sequence, *, batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Images (paths, bytes or PIL images) -> (n, dim) float32, L2-normalised rows. The next
+        batch is decoded in a background thread while the network runs on this one (PIL releases
+        the GIL while it decodes and resizes)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from tqdm import tqdm
 
         if isinstance(images, (str, bytes, os.PathLike)):
@@ -186,13 +197,16 @@ class SearchModel:
             raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
         if not images:
             return np.zeros((0, self.dim), dtype=np.float32)
+        starts = list(range(0, len(images), batch_size))
         blocks = []
-        for start in tqdm(range(0, len(images), batch_size), desc="encode images", unit="batch",
-                          disable=not progress, mininterval=2):
-            chunk = images[start:start + batch_size]
-            batch = torch.stack([self.load_image(image, name=_image_name(image, start + j))
-                                 for j, image in enumerate(chunk)])
-            blocks.append(self.features(batch))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode") as pool:
+            pending = pool.submit(self._decoded, images, starts[0], batch_size)
+            for k in tqdm(range(len(starts)), desc="encode images", unit="batch", disable=not progress,
+                          mininterval=2):
+                batch = pending.result()
+                if k + 1 < len(starts):
+                    pending = pool.submit(self._decoded, images, starts[k + 1], batch_size)
+                blocks.append(self.features(batch))
         return self.encode_features(np.concatenate(blocks))
 
 
