@@ -118,6 +118,25 @@ def test_model_card_has_front_matter_data_and_metrics(tiny_run, tiny_export):
     assert "seed 1" in card and "## Intended use" in card and "## Limits" in card
 
 
+def test_card_names_the_pseudopair_set_its_filter_and_the_translation_model():
+    from pseudopairs.search.card import _dataset_line
+
+    pseudo = {"name": "coco.de-pseudo25@de_coco", "lang": "de", "captions": 5000, "images": 1000,
+              "entry": {"corpus": "coco", "lang": "de", "pseudopairs": "de_coco", "min_percentile": 25},
+              "pseudopairs": {"source": "de_coco", "queries": "coco.en", "database": "m30k.de",
+                              "paper": {"used_share_text": 0.37}},
+              "translation": None}
+    assert _dataset_line(pseudo) == (
+        "| coco.de-pseudo25@de_coco | de | coco | 5,000 | 1,000 | pseudopairs mined by de_coco, kept "
+        "above the 25th percentile of similarity; mining {\"database\": \"m30k.de\", \"queries\": "
+        "\"coco.en\", \"source\": \"de_coco\"} |")
+    mt = {"name": "coco.de-mt", "lang": "de", "captions": 10, "images": 2, "pseudopairs": None,
+          "entry": {"corpus": "coco", "lang": "de", "translation": "coco.en"},
+          "translation": {"source": "train", "source_lang": "en", "target_lang": "de"}}
+    assert _dataset_line(mt).endswith("| machine translation of coco.en (model: {\"source\": \"train\", "
+                                      "\"source_lang\": \"en\", \"target_lang\": \"de\"}) |")
+
+
 # --------------------------------------------------------------------------------------------
 # The configuration must be the run's
 

@@ -31,11 +31,12 @@ def _dataset_line(row: dict) -> str:
         notes.append(f"pseudopairs mined by {entry['pseudopairs']}"
                      + (f", kept above the {filt}th percentile of similarity" if filt else ", all pairs kept"))
         if row.get("pseudopairs"):
-            notes.append("mining settings " + json.dumps(row["pseudopairs"], sort_keys=True))
+            mining = {k: v for k, v in row["pseudopairs"].items() if k != "paper"}  # not the paper's figures
+            notes.append("mining " + json.dumps(mining, sort_keys=True))
     if entry.get("translation"):
         model = row.get("translation")
         notes.append(f"machine translation of {entry['translation']}"
-                     + (f" (model: {model})" if model else ""))
+                     + (f" (model: {json.dumps(model, sort_keys=True)})" if model else ""))
     return line + ("; ".join(notes) or "human captions") + " |"
 
 

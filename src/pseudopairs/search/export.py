@@ -229,10 +229,11 @@ def dataset_summary(config: dict, spec: dict) -> list[dict]:
         frame = read_captions(ds["captions"])
         frame = frame[frame["lang"] == ds["lang"]]
         entry = dict(config.get("datasets", {}).get(ds["name"], {}))
-        base = str(entry.get("pseudopairs", "")).split(".")[0]
+        mined = str(entry.get("pseudopairs", ""))
+        sets = config.get("pseudopairs", {})
         rows.append({"name": ds["name"], "lang": ds["lang"], "captions": int(len(frame)),
                      "images": int(frame["image_id"].nunique()), "entry": entry,
-                     "pseudopairs": config.get("pseudopairs", {}).get(base) if base else None,
+                     "pseudopairs": sets.get(mined, sets.get(mined.split(".")[0])) if mined else None,
                      "translation": config.get("translation", {}).get("model")
                      if entry.get("translation") else None})
     return rows
