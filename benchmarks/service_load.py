@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -133,7 +134,18 @@ def main() -> None:
                     time.sleep(0.5)
             asyncio.run(load(url, queries, clients=args.clients, seconds=3))  # warm up
             rss_start = rss_mb(server.pid)
+            samples: list[float] = []
+            sampling = threading.Event()
+
+            def sample() -> None:  # the server's RSS every 5 s: flat, or growing with the requests
+                while not sampling.wait(5.0):
+                    samples.append(rss_mb(server.pid))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
             latencies, errors, elapsed = asyncio.run(load(url, queries, clients=args.clients, seconds=args.seconds))
+            sampling.set()
+            sampler.join()
             rss_end = rss_mb(server.pid)
             stats = httpx.get(f"{url}/stats").json()
         finally:
@@ -144,6 +156,7 @@ def main() -> None:
               "requests": len(latencies), "throughput_qps": len(latencies) / elapsed,
               "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
               "errors": len(errors), "first_errors": errors[:3], "rss_start_mb": rss_start, "rss_end_mb": rss_end,
+              "rss_every_5s_mb": [round(x) for x in samples],
               "mean_batch": stats["queries"] / max(1, stats["batches"]), "largest_batch": stats["largest_batch"],
               "load_avg": os.getloadavg()[0]}
     print(json.dumps(result))

@@ -1,6 +1,7 @@
 """What the search tests share: a small model whose embeddings can be computed by hand (an image's
-mean colour; a sentence's colour words), a collection of solid-colour images, and a real exported
-model of the tiny demo run (built once per session: the tiny workflow, then ``pseudopairs export``)."""
+mean colour; a sentence's colour words), a collection of solid-colour images, and the command
+line. (The real exported model of the tiny demo run: tests/test_search_export.py's session
+fixtures ``tiny_run`` and ``tiny_export``.)"""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 from PIL import Image
 
-from conftest import REPO, run_snakemake
+from conftest import REPO
 
 WORDS = {"en": {"red": 0, "green": 1, "blue": 2}, "fr": {"rouge": 0, "vert": 1, "bleu": 2}}
 
@@ -115,20 +115,3 @@ def pseudopairs_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> 
     env["PYTHONPATH"] = f"{REPO / 'src'}{os.pathsep}{env.get('PYTHONPATH', '')}"
     return subprocess.run([sys.executable, "-m", "pseudopairs", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env)
-
-
-def build_tiny_export(workdir: Path) -> Path:
-    """The tiny demo run's main model (tests/test_end_to_end.py tiny_config), exported."""
-    from test_end_to_end import tiny_config
-
-    config = tiny_config()
-    (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
-    run_dir = "results/models/en_de_c2c/seed1"
-    result = run_snakemake(workdir, f"{run_dir}/metrics.json", "results/images/m30k/test.parquet",
-                           "results/captions/raw/m30k/test.parquet", "--cores", "2",
-                           "--configfile", str(workdir / "tiny.yaml"), timeout=1200)
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = workdir / "exported"
-    result = pseudopairs_cli("export", run_dir, str(out), "--configfile", str(workdir / "tiny.yaml"), cwd=workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out

@@ -14,8 +14,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from search_fixture import (COLOURS, ColourModel, build_tiny_export, colour_captions, colour_folder,
-                            colour_vector, expected_ranking, png_bytes, pseudopairs_cli, text_vector)
+from search_fixture import (COLOURS, ColourModel, colour_captions, colour_folder, colour_vector,
+                            expected_ranking, png_bytes, pseudopairs_cli, text_vector)
+from test_search_export import tiny_export, tiny_run  # noqa: F401  (session fixtures: the tiny demo's model)
 from pseudopairs.search.index import SearchError, build_index, collection
 from pseudopairs.search.query import (ExactSearch, check_model, open_index, search_image, search_texts)
 
@@ -208,15 +209,9 @@ def test_an_index_built_by_another_model_is_refused_in_one_line(tmp_path):
 # The commands, with the tiny demo run's exported model
 
 
-@pytest.fixture(scope="session")
-def tiny_export(tmp_path_factory):
-    work = tmp_path_factory.mktemp("search_tiny")
-    return work, build_tiny_export(work)
-
-
 @pytest.mark.slow
-def test_index_and_search_commands_with_an_exported_model(tiny_export, tmp_path):
-    work, model_dir = tiny_export
+def test_index_and_search_commands_with_an_exported_model(tiny_run, tiny_export, tmp_path):  # noqa: F811
+    work, model_dir = tiny_run, tiny_export
     index_dir = tmp_path / "index"
     result = pseudopairs_cli("index", "--model", str(model_dir), "--images", "results/images/m30k/test.parquet",
                              "--captions", "results/captions/raw/m30k/test.parquet", "--chunk", "5",

