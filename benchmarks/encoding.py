@@ -62,15 +62,16 @@ def paper_sized_export(workdir: Path) -> Path:
 
 
 def fastest(*runs, repeats: int) -> list[float]:
-    """The fastest of ``repeats`` timings of each function, run alternately (after one untimed
-    warm-up run of each)."""
+    """The fastest of ``repeats`` timings of each function, run alternately in an order that
+    rotates from one repeat to the next (so none always follows the same one), after one untimed
+    warm-up run of each."""
     for run in runs:
         run()
     best = [float("inf")] * len(runs)
-    for _ in range(repeats):
-        for k, run in enumerate(runs):
+    for r in range(repeats):
+        for k in [(r + j) % len(runs) for j in range(len(runs))]:
             start = time.perf_counter()
-            run()
+            runs[k]()
             best[k] = min(best[k], time.perf_counter() - start)
     return best
 
