@@ -243,8 +243,8 @@ def table(rows: list[dict]) -> str:
             f"| {r['n']:,} | {r['one_query_ms']:.1f} ms | {r['batcher_qps']:,.0f} q/s | {r['mean_batch']:.1f} | "
             f"{r['engine_qps']:,.0f} q/s | {r['gemm32_qps']:,.0f} q/s | {bf_qps} | {r['faiss_qps']:,.0f} q/s | "
             f"{r['batcher_qps'] / r['gemm32_qps']:.2f}× | {bf_ratio} | {engine_ratio} | "
-            f"{r['batcher_qps'] / r['faiss_qps']:.2f}× | {r['ours_peak_mb'] / 1024:.2f} GB ({r['data_mb'] / 1024:.2f}) | "
-            f"+{r['faiss_index_mb'] / 1024:.2f} GB |")
+            f"{r['batcher_qps'] / r['faiss_qps']:.2f}× | {r['ours_peak_mb'] / 1024:.2f} GiB ({r['data_mb'] / 1024:.2f}) | "
+            f"+{r['faiss_index_mb'] / 1024:.2f} GiB |")
     return "\n".join(lines)
 
 

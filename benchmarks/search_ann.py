@@ -9,7 +9,7 @@ for an approximate index (a trained model's embeddings cluster, and recall at th
 higher); the figures are a floor. Printed per setting: build time, queries per second (batches of
 ``--batch``), recall@10 = |ANN top-10 ∩ exact top-10| / 10, averaged.
 
-Run: ``.venv/bin/python benchmarks/search_ann.py [--images 200000] [--dim 1024] [--queries 1000]``.
+Run: ``.venv/bin/python benchmarks/search_ann.py [--images 100000] [--dim 1024] [--queries 1000]``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+
+
+def clustered(n: int, dim: int, *, centers: int, spread: float, rng) -> np.ndarray:
+    """Unit vectors around ``centers`` random directions (Gaussian noise of norm ≈ ``spread``
+    relative to the centre): the kind of structure embeddings of a collection have."""
+    c = rng.standard_normal((centers, dim), dtype=np.float32)
+    c /= np.linalg.norm(c, axis=1, keepdims=True)
+    out = c[rng.integers(0, centers, n)] + rng.standard_normal((n, dim), dtype=np.float32) * (spread / np.sqrt(dim))
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def recall(found: np.ndarray, exact: np.ndarray) -> float:
@@ -38,10 +47,15 @@ def timed_search(index, queries: np.ndarray, k: int, batch: int) -> tuple[np.nda
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=200_000)
+    parser.add_argument("--images", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--data", choices=["random", "clustered"], default="random",
+                        help="random unit vectors (no structure: an ANN's worst case), or clustered ones "
+                             "(--centers directions, noise of relative norm --spread)")
+    parser.add_argument("--centers", type=int, default=2000)
+    parser.add_argument("--spread", type=float, default=1.0)
     args = parser.parse_args()
 
     import faiss
@@ -55,17 +69,26 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="search-ann-") as tmp:
         model = SimpleNamespace(dim=args.dim, model_hash="synthetic", folder=tmp, languages=("en",))
-        synthetic_index(Path(tmp) / "index", model, args.images)
+        rng = np.random.default_rng(5)
+        data = None
+        if args.data == "clustered":
+            data = clustered(args.images + args.queries, args.dim, centers=args.centers, spread=args.spread, rng=rng)
+        synthetic_index(Path(tmp) / "index", model, args.images,
+                        vectors=None if data is None else data[: args.images])
         vectors = open_index(Path(tmp) / "index").vectors  # from the Parquet parts
-    rng = np.random.default_rng(5)
-    queries = rng.standard_normal((args.queries, args.dim), dtype=np.float32)
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    if data is None:
+        queries = rng.standard_normal((args.queries, args.dim), dtype=np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    else:
+        queries = np.ascontiguousarray(data[args.images:])
+        del data
     engine = ExactSearch(vectors)
     t = time.perf_counter()
     exact = np.concatenate([engine.search(queries[s: s + args.batch], 10)[0]
                             for s in range(0, len(queries), args.batch)])
     exact_qps = len(queries) / (time.perf_counter() - t)
     rows.append({"index": "exact (ours)", "build_s": 0.0, "qps": exact_qps, "recall@10": 1.0})
+    print(json.dumps(rows[-1]), flush=True)
     del engine
 
     nlist = int(4 * np.sqrt(args.images))
@@ -79,6 +102,7 @@ def main() -> None:
         found, qps = timed_search(ivf, queries, 10, args.batch)
         rows.append({"index": f"IVF{nlist},Flat nprobe={nprobe}", "build_s": build, "qps": qps,
                      "recall@10": recall(found, exact)})
+        print(json.dumps(rows[-1]), flush=True)
     del ivf
     t = time.perf_counter()
     hnsw = faiss.IndexHNSWFlat(args.dim, 32, faiss.METRIC_INNER_PRODUCT)
@@ -89,9 +113,9 @@ def main() -> None:
         hnsw.hnsw.efSearch = ef
         found, qps = timed_search(hnsw, queries, 10, args.batch)
         rows.append({"index": f"HNSW32 efSearch={ef}", "build_s": build, "qps": qps, "recall@10": recall(found, exact)})
-    for r in rows:
-        print(json.dumps(r))
-    print(f"\n{args.images:,} random unit vectors × {args.dim}, {args.queries} queries in batches of {args.batch}\n")
+        print(json.dumps(rows[-1]), flush=True)
+    what = "random" if args.data == "random" else f"clustered ({args.centers} centres, spread {args.spread})"
+    print(f"\n{args.images:,} {what} unit vectors × {args.dim}, {args.queries} queries in batches of {args.batch}\n")
     print("| index | build | queries/s | recall@10 vs exact |\n|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['index']} | {r['build_s']:.0f} s | {r['qps']:,.0f} | {r['recall@10']:.3f} |")

@@ -34,8 +34,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 
 
-def synthetic_index(out: Path, model, n: int, *, chunk: int = 65536) -> None:
-    """An index of ``n`` random unit vectors for ``model`` (ids ``img{i}``), in the index format."""
+def synthetic_index(out: Path, model, n: int, *, chunk: int = 65536, vectors: np.ndarray | None = None) -> None:
+    """An index of ``n`` random unit vectors (or the rows of ``vectors``) for ``model`` (ids
+    ``img{i}``), in the index format."""
     from pseudopairs.io import write_json_atomic
     from pseudopairs.search.index import FORMAT, MANIFEST, part_name, write_part
 
@@ -44,8 +45,11 @@ def synthetic_index(out: Path, model, n: int, *, chunk: int = 65536) -> None:
     parts = []
     for c, s in enumerate(range(0, n, chunk)):
         e = min(n, s + chunk)
-        v = rng.standard_normal((e - s, model.dim), dtype=np.float32)
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        if vectors is not None:
+            v = vectors[s:e]
+        else:
+            v = rng.standard_normal((e - s, model.dim), dtype=np.float32)
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
         write_part(out / part_name(c), ids=[f"img{i}" for i in range(s, e)],
                    sources=[f"img{i}.png" for i in range(s, e)], offset=np.full(e - s, -1),
                    size=np.full(e - s, -1), vectors=v)
