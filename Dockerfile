@@ -37,11 +37,14 @@ RUN python -m pip install \
         sentencepiece==0.2.3 \
         icu4py==1.2.0 \
         matplotlib==3.11.2 \
+        safetensors==0.8.0 \
+        fastapi==0.163.2 \
+        uvicorn==0.54.0 \
         gensim==4.4.0 \
         scipy==1.17.1 \
         transformers==4.57.6 \
         protobuf==7.36.2 \
         nvidia-cublas-cu12==12.8.4.1 \
-    && python -c "import torch, torchvision, ctranslate2, pandas, pyarrow, sacremoses, matplotlib, gensim, transformers"
+    && python -c "import torch, torchvision, ctranslate2, pandas, pyarrow, sacremoses, matplotlib, gensim, transformers, safetensors, fastapi, uvicorn"
 
 CMD ["python"]
