@@ -38,6 +38,7 @@ def test_the_worked_example_plans_table5s_rows_on_the_exported_world(tmp_path):
     counts = _counts(result.stdout)
     assert counts["export_world_corpus"] == 2 and counts["export_world_parallel"] == 1
     assert counts["corpus_source"] == 2 and counts["read_corpus"] == 2 and counts["image_manifest"] == 6
+    assert counts["corpus_images"] == 2
     assert counts["features"] == 6 and counts["mine"] == 3 and counts["pseudopair_captions"] == 9
     assert counts["train_mt"] == 1 and counts["translate"] == 1
     # 9 experiments x seeds 1-3 in one stack job each, and their evaluations
@@ -83,11 +84,14 @@ corpora:
 def _targets(kind: str) -> list[str]:
     if kind == "manifests":
         return [f"results/own_data/images/{c}/{s}.manifest.json" for c in ("photos", "cartes") for s in SPLITS]
+    if kind == "captions":
+        return [f"results/own_data/captions/raw/{c}/{s}.parquet" for c in ("photos", "cartes") for s in SPLITS]
     return [f"results/own_data/features/{c}/{s}.npz" for c in ("photos", "cartes") for s in SPLITS]
 
 
 def _run(work: Path, site: Path, *args: str):
-    return run_snakemake(work, *args, "--cores", "1", *_targets("features"), "--configfile", str(OWN), str(site))
+    return run_snakemake(work, *args, "--cores", "1", *_targets("features"), *_targets("captions"),
+                         "--configfile", str(OWN), str(site))
 
 
 def _planned_rules(result) -> set[str]:
@@ -131,12 +135,19 @@ def test_your_folders_read_keyed_by_content_moved_changed_and_missing(tmp_path, 
     assert _planned_rules(result) == {"features"}
     outputs = re.findall(r"^\s*output: (.*)$", result.stdout, re.M)
     assert outputs == ["results/own_data/features/photos/val.npz, results/own_data/features/photos/val.skipped.tsv"]
-    # a changed caption: the corpus is read again
+    # a changed caption: the captions are read again, the image lists keep their content and
+    # their modification times, so no image list, manifest or features job is planned
+    lists = {p: (work / p).stat().st_mtime_ns for p in
+             [f"results/own_data/images/photos/{s}.parquet" for s in SPLITS]}
     meta = copy / "imagefolder" / "metadata.csv"
     meta.write_text(meta.read_text(encoding="utf-8").replace("A ", "The ", 1), encoding="utf-8")
     result = _run(work, copied, "-n")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert {"read_corpus", "features"} <= _planned_rules(result)
+    assert _planned_rules(result) == {"read_corpus", "features"}, result.stdout[-3000:]
+    # (the features of the changed image's split only, still to run from the step before)
+    assert [o for o in re.findall(r"^\s*output: (.*)$", result.stdout, re.M) if "features/" in o] == [
+        "results/own_data/features/photos/val.npz, results/own_data/features/photos/val.skipped.tsv"]
+    assert {p: (work / p).stat().st_mtime_ns for p in lists} == lists
     # missing images: the dry run stops, naming the count and the first
     for name in ("coco_test_000000.png", "coco_test_000002.png"):
         (data / "imagefolder" / name).unlink()

@@ -36,6 +36,12 @@ def corpus_source(corpus: str) -> str:
     return f"{RESULTS}/corpora/{corpus}/source.json"
 
 
+def corpus_images_key(corpus: str) -> str:
+    """What a declared corpus' image lists were made from (its source manifest and reading
+    settings, hashed: :func:`pseudopairs.data.generic.images_key`)."""
+    return f"{RESULTS}/corpora/{corpus}/images.key"
+
+
 def downloads() -> str:
     """Where the real data's downloads are kept (``fetch``)."""
     return f"{RESULTS}/downloads"

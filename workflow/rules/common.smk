@@ -120,9 +120,12 @@ def feature_weights_input(wildcards):
 
 
 # Each existing manifest brought up to date with its files before the DAG is built (main
-# process only, not in each cluster job's own parse)
+# process only, not in each cluster job's own parse), and a declared corpus' image lists with
+# its source (rewritten only where their content changes: an edited caption reruns no features)
 if workflow.is_main_process:
-    corpora.refresh_manifests(config)
+    from pseudopairs.data.generic import refresh_image_lists
+
+    corpora.refresh_manifests(config, after_source=refresh_image_lists)
 
 
 # ----------------------------------------------------------------------------------------------

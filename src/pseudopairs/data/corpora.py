@@ -491,11 +491,13 @@ def image_root_args(config: dict, name: str) -> list[str]:
     return ["--image-root", root] if root is not None else []
 
 
-def refresh_manifests(config: dict) -> list[str]:
+def refresh_manifests(config: dict, *, after_source=None) -> list[str]:
     """Bring every existing manifest of the external corpora up to date with their files, before
     the DAG is built: rewritten only when a file's content changed (then what was made from it is
     older and reruns), untouched otherwise. A folder that is not there is skipped (the jobs that
-    need it say so). Returns the manifests rewritten."""
+    need it say so). ``after_source(config, name)``: run for a generic corpus once its source
+    manifest is refreshed, before its image manifests (the image lists' refresh,
+    :func:`pseudopairs.data.generic.refresh_image_lists`). Returns the files rewritten."""
     from pseudopairs.data.manifest import refresh_manifest, refresh_source
 
     rewritten = []
@@ -514,6 +516,8 @@ def refresh_manifests(config: dict) -> list[str]:
                 names = None
             if names and refresh_source(names, source, root):
                 rewritten.append(source)
+            if after_source is not None:
+                rewritten += after_source(config, name) or []
         for split in SPLITS:
             manifest = layout.image_manifest(name, split)
             if refresh_manifest(layout.images(name, split), manifest, root):
