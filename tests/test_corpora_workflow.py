@@ -158,6 +158,32 @@ def test_your_folders_read_keyed_by_content_moved_changed_and_missing(tmp_path, 
             f"{data}/imagefolder (first: coco_test_000000.png, coco_test_000002.png)") in text, text[-3000:]
 
 
+def test_a_refused_dry_run_leaves_every_file_as_it_was(tmp_path, own):
+    """Images missing from two splits: the dry run is refused naming both splits, and no manifest
+    (nor its stamps) is rewritten, so with the images back the dry run plans nothing."""
+    data, work = own
+    site = _site(tmp_path, data)
+    assert _run(work, site).returncode == 0
+    kept = sorted(p for p in (work / "results/own_data").rglob("*") if p.is_file()
+                  and "/logs/" not in str(p) and "/benchmarks/" not in str(p))
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept}
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for name in ("coco_val_000001.png", "coco_test_000000.png", "coco_test_000002.png"):
+        (data / "imagefolder" / name).rename(aside / name)
+    result = _run(work, site, "-n")
+    assert result.returncode != 0
+    text = " ".join((result.stdout + result.stderr).split())
+    where = f"from {data}/imagefolder"
+    assert (f"config key 'corpora.photos': split val of corpus 'photos': 1 of 3 files are missing {where} "
+            f"(first: coco_val_000001.png); config key 'corpora.photos': split test of corpus 'photos': "
+            f"2 of 3 files are missing {where} (first: coco_test_000000.png, coco_test_000002.png)") in text, text[-3000:]
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept} == before
+    for name in ("coco_val_000001.png", "coco_test_000000.png", "coco_test_000002.png"):
+        (aside / name).rename(data / "imagefolder" / name)
+    _nothing_to_do(_run(work, site, "-n"))
+
+
 TRACKED = """
 import contextlib, io, json, sys
 from pathlib import Path
