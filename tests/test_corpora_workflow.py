@@ -184,6 +184,23 @@ def test_a_refused_dry_run_leaves_every_file_as_it_was(tmp_path, own):
     _nothing_to_do(_run(work, site, "-n"))
 
 
+def test_a_failed_step_says_why_on_the_console(tmp_path):
+    """A step stopped by bad input: its one line naming the file and line reaches the console
+    (the workflow's onerror), not only its log."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "metadata.csv").write_bytes(b"file_name,text\na.png,caf\xe9 au lait\n")
+    site = tmp_path / "site.yaml"
+    site.write_text(f"data: {{source: own}}\nfeatures: {{weights: none}}\ncorpora:\n  photos: {{root: {folder}}}\n")
+    result = run_snakemake(tmp_path / "work", "--cores", "1", "results/own_data/captions/raw/photos/train.parquet",
+                           "--configfile", str(OWN), str(site))
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("rule read_corpus (corpus=photos): ")]
+    assert lines == [f"rule read_corpus (corpus=photos): pseudopairs read-corpus: error: {folder}/metadata.csv:2: "
+                     "not UTF-8 (byte 0xe9 at column 10); save the metadata as UTF-8 "
+                     "[log: results/own_data/logs/read_corpus/photos.log]"], result.stderr[-3000:]
+
+
 TRACKED = """
 import contextlib, io, json, sys
 from pathlib import Path

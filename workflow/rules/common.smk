@@ -3,6 +3,7 @@
 # from the job's wildcards by from_wildcards.
 import json
 import re
+import sys
 from pathlib import Path
 
 from pseudopairs import cluster, environment, layout
@@ -126,6 +127,23 @@ if workflow.is_main_process:
     from pseudopairs.data.generic import refresh_image_lists
 
     corpora.refresh_manifests(config, after_source=refresh_image_lists)
+
+
+# ----------------------------------------------------------------------------------------------
+# When a run fails (onerror): each failed job's one error line on the console, not only in its log
+
+
+def report_failed_jobs():
+    from pseudopairs.cli import failed_job_lines
+
+    scheduler = getattr(workflow, "scheduler", None)
+    jobs = []
+    for job in getattr(scheduler, "failed", ()):
+        for member in job.jobs if job.is_group() else [job]:
+            wildcards = ", ".join(f"{k}={v}" for k, v in member.wildcards_dict.items())
+            jobs.append((member.rule.name, wildcards, [str(f) for f in member.log]))
+    for line in failed_job_lines(jobs):
+        print(line, file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------
