@@ -608,3 +608,23 @@ def test_the_paper_plan_asks_at_most_twice_its_estimated_gpu_hours(paper_slurm_d
         assert hours["requested"] >= hours["estimated"], kind
     on_h200 = cal.plan_gpu_hours(jobs, cal.Calibration.read(REPO / "config" / "calibration" / "h200.yaml"), config)
     assert on_h200["requested"] == plan["requested"] and on_h200["ratio"] <= 2.0, on_h200
+
+
+def test_resources_override_gives_a_job_kind_memory_and_time_over_the_calibration(tmp_path):
+    """The documented way to give training (every stack's generated rule) and the features jobs
+    more memory or time: ``resources.override`` in a site file, over the calibration (which
+    decides their resources in config/paper.yaml: stacks of 3 ask 15 minutes, of 7 28)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    site = site_file(tmp_path, "resources: {override: {mem_mb: {train: 64000, features: 50000}, "
+                               "runtime: {train: 120}}}\n")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
+                           "results/table1.csv", "--configfile", str(PAPER), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = listed_jobs(result.stdout)
+    train, evaluate = training_jobs(jobs), evaluation_jobs(jobs)
+    assert train and {(job["mem_mb"], job["runtime"]) for job in train} == {("64000", "120")}
+    features = by_rule(jobs)["features"]
+    assert features and {job["mem_mb"] for job in features} == {"50000"}
+    assert {int(job["runtime"]) for job in features} != {120}
+    assert evaluate and all(job["mem_mb"] != "64000" and int(job["runtime"]) < 120 for job in evaluate)
+

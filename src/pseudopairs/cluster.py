@@ -12,6 +12,8 @@
 * With ``resources.calibration`` (a file of measured GPU rates, :mod:`pseudopairs.calibration`),
   the GPU job kinds (train, evaluate, features, mine, translate) ask for the walltime and memory
   their measured rates give instead of ``resources.runtime`` / ``resources.mem_mb``.
+* ``resources.override`` (``mem_mb`` / ``runtime`` per job kind) wins over both: the one way to
+  give a job kind (a stack's training included) more memory or time.
 * :func:`placeholder_errors` — a ``resources.slurm`` value that looks like an example left in
   place (``myaccount``, ``<account>``, ``CHANGEME``, ``xxx`` …, the docs' own examples such as
   ``proj123`` or an address at example.org) is refused when the config is checked, naming its
@@ -125,11 +127,23 @@ class ClusterResources:
 
     # ---- memory and time -----------------------------------------------------------------------
 
+    def override(self, key: str, rule: str) -> int | None:
+        """``resources.override.<key>.<rule>`` (``mem_mb`` or ``runtime``; ``rule``: the job kind a
+        rule passes to job_resources -- ``train`` and ``evaluate`` for every stack's rules): what
+        one job of that kind asks on its first attempt, over the calibration and ``mem_mb`` /
+        ``runtime`` (not multiplied by a stack's models); None when not set."""
+        value = ((self.resources.get("override") or {}).get(key) or {}).get(rule)
+        return None if value is None else int(value)
+
+
     def first_minutes(self, rule: str, *, models: int = 1, wildcards: Any = None) -> int:
         """The walltime of ``rule``'s job on its first attempt, uncapped: the calibrated minutes of
         its job kind (:meth:`pseudopairs.calibration.Calibration.requested_minutes`; a mine job's
         for the criterion of its ``pseudopairs`` wildcard) when there is a calibration and the
         rule is of a calibrated kind, else ``resources.runtime`` × ``models``."""
+        forced = self.override("runtime", rule)
+        if forced is not None:
+            return forced
         if self.calibration is not None and self.calibration.covers(rule):
             from pseudopairs.calibration import mine_criterion
 
@@ -142,7 +156,10 @@ class ClusterResources:
         """Memory of one job of ``rule`` in MB (the calibration's for a calibrated kind, else config
         ``resources.mem_mb``, else its ``default``), × the attempt number, so a job killed for
         memory and retried (``--retries``, set in the SLURM profile) asks for more."""
-        if self.calibration is not None and self.calibration.covers(rule):
+        forced = self.override("mem_mb", rule)
+        if forced is not None:
+            megabytes = forced
+        elif self.calibration is not None and self.calibration.covers(rule):
             megabytes = self.calibration.requested_memory_mb(rule, models=models)
         else:
             megabytes = self.resources["mem_mb"].get(rule, self.resources["mem_mb"]["default"])
@@ -199,8 +216,10 @@ class ClusterResources:
           given: a rule whose jobs share a group job with that rule's (evaluate with train) must ask
           for the same partition.
 
-        The rules declare these, so a profile or the command line only adds to them:
-        ``--set-resources train:mem_mb=64000`` changes train's memory and nothing else."""
+        The rules declare these, so a profile or the command line only adds to them. To give a
+        job kind more memory or time, ``resources.override`` in the config (:meth:`override`):
+        the stacks' rules are generated (``train_stack_seeds1_3`` …), so a command-line
+        ``--set-resources train:…`` names no rule."""
         gpus = self.resources["gpu"] if gpu else 0
         resources = {"mem_mb": self.mem_mb(rule, models=models),
                      "runtime": self.runtime(rule, grouped_with=grouped_with, models=models)}
