@@ -628,3 +628,35 @@ def test_resources_override_gives_a_job_kind_memory_and_time_over_the_calibratio
     assert {int(job["runtime"]) for job in features} != {120}
     assert evaluate and all(job["mem_mb"] != "64000" and int(job["runtime"]) < 120 for job in evaluate)
 
+
+def test_a_cpu_device_asks_no_gpu_and_cpu_walltimes(tmp_path):
+    """``device: cpu`` for the features and the training: their jobs ask no GPU, go to the CPU
+    partition and ask config/paper.yaml's ``resources.runtime`` / ``mem_mb`` (per model for a
+    stack) rather than the calibration's GPU minutes."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    site = site_file(tmp_path, SITE_SLURM + "features: {device: cpu}\ntraining: {device: cpu}\n")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
+                           "results/table1.csv", "--configfile", str(PAPER), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = listed_jobs(result.stdout)
+    features, train, evaluate = by_rule(jobs)["features"], training_jobs(jobs), evaluation_jobs(jobs)
+    assert features and train and evaluate
+    for job in features + train + evaluate:
+        assert "gpu" not in job and job["slurm_partition"] == "cpu", job
+    assert {(job["mem_mb"], job["runtime"]) for job in features} == {("32000", "240")}
+    # 25 minutes per model (paper.yaml's runtime.train), 32000 MB, for stacks of 3 and 7
+    assert {(stack_size(job), job["mem_mb"], job["runtime"]) for job in train} <= {
+        (3, "32000", "75"), (7, "32000", "175")}
+    assert {(stack_size(job), job["runtime"]) for job in evaluate} <= {(3, "24"), (7, "56")}
+
+
+def test_a_gpu_index_a_job_does_not_have_is_refused_naming_its_key():
+    from pseudopairs.cluster import device_errors
+
+    config = {"resources": {"gpu": 1}, "features": {"device": "cuda:1"}, "training": {"device": "cuda:0"},
+              "mining": {"device": "cuda"}, "translation": {"translate": {"device": "cpu"}}}
+    assert device_errors(config) == [
+        "config key 'features.device': 'cuda:1' names GPU 1, but each job asks the scheduler for "
+        "resources.gpu = 1 GPU(s) and sees them as cuda:0 … cuda:0; use 'cuda' (or 'cuda:0'), or set "
+        "resources.gpu: 0 to pick a device yourself on a machine of your own"]
+    assert device_errors({**config, "resources": {"gpu": 0}}) == []

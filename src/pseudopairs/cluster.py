@@ -77,6 +77,42 @@ def placeholder_errors(config: dict) -> list[str]:
     return messages
 
 
+#: the GPU-capable job kinds (what their rules pass to job_resources) -> their device's config key
+DEVICE_KEYS = {"features": ("features", "device"), "mine": ("mining", "device"),
+               "train": ("training", "device"), "evaluate": ("training", "device"),
+               "translate": ("translation", "translate", "device")}
+_CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+
+
+def device_setting_of(config: dict, rule: str) -> tuple[str | None, str]:
+    """(config key, value) of the device a job kind runs on; (None, "auto") for a rule without."""
+    keys = DEVICE_KEYS.get(rule)
+    if keys is None:
+        return None, "auto"
+    value: Any = config
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return ".".join(keys), str(value or "auto")
+
+
+def device_errors(config: dict) -> list[str]:
+    """A GPU job that asks the scheduler for GPUs (``resources.gpu`` > 0) sees its own GPUs from
+    cuda:0, so ``cuda:N`` with N >= 1 names a device the job does not have (it would fail on the
+    node, after waiting in the queue): refused while the config is checked, naming the key."""
+    gpus = (config.get("resources") or {}).get("gpu") or 0
+    messages = []
+    settings = dict(device_setting_of(config, rule) for rule in DEVICE_KEYS)
+    for key, value in settings.items():
+        found = _CUDA_INDEX.match(value)
+        if found and int(found.group(1)) >= 1 and gpus > 0:
+            messages.append(
+                f"config key '{key}': {value!r} names GPU {found.group(1)}, but each job asks the "
+                f"scheduler for resources.gpu = {gpus} GPU(s) and sees them as cuda:0 … "
+                f"cuda:{gpus - 1}; use 'cuda' (or 'cuda:0'), or set resources.gpu: 0 to pick a "
+                "device yourself on a machine of your own")
+    return messages
+
+
 def _check_attempt(attempt: Any) -> int:
     if isinstance(attempt, bool) or int(attempt) != attempt or attempt < 1:
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
@@ -127,6 +163,21 @@ class ClusterResources:
 
     # ---- memory and time -----------------------------------------------------------------------
 
+    def device_of(self, rule: str) -> str:
+        """The device setting of a GPU-capable job kind (``features.device``, ``mining.device``,
+        ``training.device`` for train and evaluate, ``translation.translate.device``); "auto" for
+        any other."""
+        return device_setting_of(self.config, rule)[1]
+
+    def on_cpu(self, rule: str) -> bool:
+        """Whether jobs of ``rule`` are set to run on the CPU (``device: cpu``): they ask no GPU, the
+        CPU placement and the uncalibrated ``runtime`` / ``mem_mb`` (the calibration's rates are
+        a GPU's)."""
+        return self.device_of(rule) == "cpu"
+
+    def calibrated(self, rule: str) -> bool:
+        return self.calibration is not None and self.calibration.covers(rule) and not self.on_cpu(rule)
+
     def override(self, key: str, rule: str) -> int | None:
         """``resources.override.<key>.<rule>`` (``mem_mb`` or ``runtime``; ``rule``: the job kind a
         rule passes to job_resources -- ``train`` and ``evaluate`` for every stack's rules): what
@@ -134,7 +185,6 @@ class ClusterResources:
         ``runtime`` (not multiplied by a stack's models); None when not set."""
         value = ((self.resources.get("override") or {}).get(key) or {}).get(rule)
         return None if value is None else int(value)
-
 
     def first_minutes(self, rule: str, *, models: int = 1, wildcards: Any = None) -> int:
         """The walltime of ``rule``'s job on its first attempt, uncapped: the calibrated minutes of
@@ -144,7 +194,7 @@ class ClusterResources:
         forced = self.override("runtime", rule)
         if forced is not None:
             return forced
-        if self.calibration is not None and self.calibration.covers(rule):
+        if self.calibrated(rule):
             from pseudopairs.calibration import mine_criterion
 
             criterion = mine_criterion(self.config, wildcards) if rule == "mine" else None
@@ -159,7 +209,7 @@ class ClusterResources:
         forced = self.override("mem_mb", rule)
         if forced is not None:
             megabytes = forced
-        elif self.calibration is not None and self.calibration.covers(rule):
+        elif self.calibrated(rule):
             megabytes = self.calibration.requested_memory_mb(rule, models=models)
         else:
             megabytes = self.resources["mem_mb"].get(rule, self.resources["mem_mb"]["default"])
@@ -172,7 +222,7 @@ class ClusterResources:
         (:func:`capped`)."""
         cap = self.resources.get("runtime_cap")
         names = (rule, *grouped_with)
-        if rule == "mine" and self.calibration is not None:  # per job: its set's criterion
+        if rule == "mine" and self.calibrated(rule):  # per job: its set's criterion
             return lambda wildcards, attempt: capped(
                 {name: self.first_minutes(name, models=models, wildcards=wildcards) for name in names},
                 rule, attempt, cap=cap)
@@ -220,7 +270,7 @@ class ClusterResources:
         job kind more memory or time, ``resources.override`` in the config (:meth:`override`):
         the stacks' rules are generated (``train_stack_seeds1_3`` …), so a command-line
         ``--set-resources train:…`` names no rule."""
-        gpus = self.resources["gpu"] if gpu else 0
+        gpus = self.resources["gpu"] if gpu and not self.on_cpu(placed_with or rule) else 0
         resources = {"mem_mb": self.mem_mb(rule, models=models),
                      "runtime": self.runtime(rule, grouped_with=grouped_with, models=models)}
         placed = self.placement(placed_with or rule, gpu=gpus > 0)

@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from pseudopairs.calibration import calibration_errors
-from pseudopairs.cluster import placeholder_errors
+from pseudopairs.cluster import device_errors, placeholder_errors
 from pseudopairs.rounds import expand_rounds
 from pseudopairs.settings import PATTERN_TEXT, deep_update, expand_schema
 
@@ -109,7 +109,7 @@ def contract_errors(config: dict) -> list[str]:
     messages = []
     for name in CONTRACTS:
         messages += importlib.import_module(name).check(config)
-    return messages + placeholder_errors(config) + calibration_errors(config)
+    return messages + placeholder_errors(config) + device_errors(config) + calibration_errors(config)
 
 
 _JSON_TYPES = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None),
