@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
+from pseudopairs.settings import language_hint
 from pseudopairs.data.corpora import (IMAGE_SUFFIXES, SPLITS, ImageFolderCorpus, WebDatasetCorpus,
                                       CORPUS_KINDS)
 from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_parquet_if_changed, write_text_atomic
@@ -192,7 +193,7 @@ def collect_imagefolder(settings: ImageFolderCorpus, root: Path, metadata: str) 
         lang = settings.lang if settings.lang_column is None else _text(row[settings.lang_column])
         if not lang or not LANG.match(lang):
             raise CorpusError(f"{where}: language {lang!r} (column {settings.lang_column!r}) is not a "
-                              "two-letter code")
+                              f"two-letter ISO 639-1 code such as fr{language_hint(lang)}")
         split = _text(row.get(settings.split_column)) if settings.split_column in row else None
         has_split = _check_split(split, has_split, where=where,
                                  missing=f"no {settings.split_column!r} value, while earlier rows have one")
@@ -297,7 +298,7 @@ def collect_webdataset(settings: WebDatasetCorpus, root: Path, shards: Sequence[
             lang = settings.lang if settings.lang_field is None else _text(meta.get(settings.lang_field))
             if not lang or not LANG.match(lang):
                 raise CorpusError(f"{where}: language {lang!r} ({key}.json field {settings.lang_field!r}) "
-                                  "is not a two-letter code")
+                                  f"is not a two-letter ISO 639-1 code such as fr{language_hint(lang)}")
             split = _text(meta.get(settings.split_field))
             has_split = _check_split(split, has_split, where=where,
                                      missing=f"{key}.json has no {settings.split_field!r}, while earlier samples do")
