@@ -182,6 +182,21 @@ def test_training_is_deterministic(tmp_path, pairs):
     assert not torch.equal(a["model"]["decoder.layer_norm.weight"], c["model"]["decoder.layer_norm.weight"])
 
 
+def test_a_run_shorter_than_its_warmup_warns_with_its_numbers(tmp_path, pairs, caplog):
+    """Without max_steps the updates a run makes are known once the data is batched: 12 pairs
+    of one batch, 2 epochs = 2 updates, under the 30 warm-up steps -- one warning saying so."""
+    src = write_lines(tmp_path / "train.en", [en for en, _ in pairs])
+    tgt = write_lines(tmp_path / "train.de", [de for _, de in pairs])
+    settings = TS.TranslationTrainSettings.from_dict({**MEMORISE, "epochs": 2, "max_steps": None})
+    with caplog.at_level("WARNING", logger="pseudopairs.translation.fit"):
+        TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
+                    settings=settings, output_dir=tmp_path / "out", progress=False)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pseudopairs.translation.fit"]
+    assert warnings == ["translation.train.warmup_steps (30) >= the 2 updates this run makes (1 per epoch x "
+                        "epochs 2): the learning rate never reaches translation.train.lr (0.003); lower "
+                        "warmup_steps or train longer"]
+
+
 def test_parallel_files_must_align(tmp_path):
     src = write_lines(tmp_path / "a.en", ["one", "two"])
     tgt = write_lines(tmp_path / "a.de", ["eins"])
@@ -204,6 +219,9 @@ def test_parallel_files_must_align(tmp_path):
     ({"spm_model_type": "wordpiece"}, "translation.train.spm_model_type: must be one of"),
     ({"batch_tokens": "4096"}, "translation.train.batch_tokens"),
     ({"threads": 0}, "translation.train.threads"),
+    ({"max_steps": 250}, "translation.train.warmup_steps: must be below translation.train.max_steps (250): "
+                         "the learning rate rises for warmup_steps updates, so the run would stop before it "
+                         "reaches translation.train.lr; e.g. warmup_steps: 25 (got 300)"),
 ])
 def test_train_settings_errors_name_the_key(values, message):
     with pytest.raises(ValueError) as err:

@@ -101,6 +101,10 @@ class TranslationTrainSettings(Settings):
             raise self.bad("d_model", "must be even (sinusoidal position encodings)")
         if self.d_model % self.heads:
             raise self.bad("heads", f"must divide translation.train.d_model ({self.d_model})")
+        if self.max_steps is not None and self.warmup_steps >= self.max_steps:
+            raise self.bad("warmup_steps", f"must be below translation.train.max_steps ({self.max_steps}): "
+                           "the learning rate rises for warmup_steps updates, so the run would stop "
+                           f"before it reaches translation.train.lr; e.g. warmup_steps: {self.max_steps // 10}")
 
 
 @dataclass(frozen=True)
