@@ -314,3 +314,13 @@ def test_a_language_column_value_that_is_a_name_is_refused_suggesting_its_code(t
         read_corpus("c", {"kind": "imagefolder", "root": "x", "lang_column": "lang"}, tmp_path)
     assert str(err.value) == (f"{tmp_path / 'metadata.csv'}:2: language 'French' (column 'lang') is not a "
                               "two-letter ISO 639-1 code such as fr (did you mean 'fr'?)")
+
+
+def test_a_translation_run_shorter_than_its_warmup_is_refused_naming_both_keys():
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+    config["translation"]["train"]["max_steps"] = 250
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert ("  config key 'translation.train.warmup_steps': must be below translation.train.max_steps (250): "
+            "the learning rate rises for warmup_steps updates, so the run would stop before it reaches "
+            "translation.train.lr; e.g. warmup_steps: 25 (got 300)") in str(err.value).splitlines()

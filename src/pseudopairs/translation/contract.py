@@ -205,9 +205,14 @@ def check(config: dict) -> list[str]:
         messages += _model_source_errors(config, model)
     for settings, values in ((TranslationTrainSettings, section["train"]), (TranslateSection, section["translate"])):
         try:
-            settings.from_dict(values)
+            checked = settings.from_dict(values)
         except (ValueError, TypeError) as err:
             key, _, why = str(err).partition(": ")
+            messages.append(f"config key '{key}': {why}")
+            continue
+        problem = checked.warmup_problem() if isinstance(checked, TranslationTrainSettings) else None
+        if problem:
+            key, _, why = problem.partition(": ")
             messages.append(f"config key '{key}': {why}")
     return messages
 
