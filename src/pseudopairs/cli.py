@@ -84,7 +84,8 @@ def describe_error(err: BaseException) -> str:
     elif isinstance(err, (ValueError, RuntimeError, KeyError)) and str(err):
         text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     else:
-        text = f"{type(err).__name__}: {err} (rerun with --verbose for the traceback)"
+        text = (f"{type(err).__name__}: {err} (for the traceback: rerun the command with --verbose, or "
+                "the workflow with PSEUDOPAIRS_VERBOSE=1 in its environment)")
     return " ".join(text.split())
 
 
@@ -132,10 +133,13 @@ def run_command(args: argparse.Namespace, *, verbose: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --verbose anywhere on the line (the error line's hint: appended to a command as it was run)
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a != "--verbose"]
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser([command] if command in COMMANDS else [])
     args: Any = parser.parse_args(argv)
-    return run_command(args, verbose=args.verbose)
+    return run_command(args, verbose=verbose)
 
 
 if __name__ == "__main__":
