@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -557,6 +558,46 @@ def test_the_workflow_downloads_converts_and_plans_a_named_model(hf, tmp_path):
     # the archive is a temporary (paper_data.keep_archives keeps it), its content stays
     assert not (tmp_path / "results/downloads/translation_models/opus/model.tar.gz").exists()
     assert (tmp_path / "results/downloads/translation_models/opus/extracted/opus-mt-en-de/config.json").is_file()
+
+
+def test_a_local_model_folder_is_keyed_by_content(hf, tmp_path):
+    """A declared model folder is an input like an image folder: converted once, the same files
+    through another path (a copy without its times) reconvert nothing, and a weight file
+    rewritten in place reconverts and retranslates."""
+    def declared(folder: Path) -> Path:
+        mine = tmp_path / f"mine-{folder.name}.yaml"
+        mine.write_text(yaml.safe_dump({
+            "translation": {"models": {"opus": {"format": "transformers", "path": str(folder),
+                                                "source_lang": "en", "target_lang": "de"}}},
+            "datasets": {"coco.de-mt": {"translation_model": "opus"}}}))
+        return mine
+
+    def plan(mine: Path):
+        result = run_snakemake(work, "-n", "--cores", "1", "results/translation_models/opus/ctranslate2",
+                               "--configfile", str(mine))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return re.findall(r"^(?:local)?rule (\w+):$", result.stdout, re.M), result.stdout + result.stderr
+
+    work = tmp_path / "work"
+    first = tmp_path / "models" / "opus"
+    shutil.copytree(hf["marian"], first)
+    run = run_snakemake(work, "--cores", "1", "results/translation_models/opus/ctranslate2",
+                        "--configfile", str(declared(first)))
+    assert run.returncode == 0, run.stderr[-3000:]
+    manifest = json.loads((work / "results/translation_models/opus/source.json").read_text())
+    assert "model.safetensors" in [f[0] for f in manifest["files"]]
+    rules, text = plan(declared(first))
+    assert rules == [] and "Nothing to be done" in text, text[-2000:]
+    moved = tmp_path / "scratch" / "opus-copy"
+    shutil.copytree(first, moved, copy_function=shutil.copyfile)
+    rules, text = plan(declared(moved))
+    assert rules == [] and "Nothing to be done" in text, text[-2000:]
+    weights = moved / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    rules, text = plan(declared(moved))
+    assert rules == ["convert_mt_named"], text[-2000:]
 
 
 def test_translation_model_is_needed_only_by_the_data_sets_and_rows_that_use_it():

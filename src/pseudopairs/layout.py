@@ -215,6 +215,12 @@ def translation_named_model(name: str) -> str:
     return f"{RESULTS}/translation_models/{name}/ctranslate2"
 
 
+def translation_model_source(name: str) -> str:
+    """A declared local translation model's files keyed by content (names relative to its folder,
+    sizes, SHA-256: :mod:`pseudopairs.data.manifest`), what its conversion depends on."""
+    return f"{RESULTS}/translation_models/{name}/source.json"
+
+
 def translation_named_archive(name: str, suffix: str) -> str:
     """The downloaded archive of ``translation.models.NAME`` (``suffix``: .tar.gz, .zip …)."""
     return f"{RESULTS}/downloads/translation_models/{name}/model{suffix}"

@@ -127,6 +127,7 @@ if workflow.is_main_process:
     from pseudopairs.data.generic import refresh_image_lists
 
     corpora.refresh_manifests(config, after_source=refresh_image_lists)
+    translation_contract.refresh_model_manifests(config)
 
 
 # ----------------------------------------------------------------------------------------------
