@@ -338,6 +338,22 @@ def test_snakemake_refuses_a_placeholder_before_any_job(tmp_path):
     assert "config key 'resources.slurm.account': 'your_account' looks like a placeholder" in result.stdout + result.stderr
 
 
+def test_a_placeholder_on_the_command_line_is_refused_like_one_in_a_site_file(tmp_path):
+    """The documented command line's example account (and a placeholder partition for one rule)
+    stop the plan before any job, as they would in a site file; a real value passes."""
+    result = run_snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(PAPER), str(site_file(tmp_path)),
+                           "--default-resources", "slurm_account=proj123",
+                           "--set-resources", "features:slurm_partition=CHANGEME", "--", "results/table1.csv")
+    assert result.returncode != 0
+    text = " ".join((result.stdout + result.stderr).split())
+    assert ("--default-resources slurm_account='proj123': looks like a placeholder, not your cluster's value; "
+            "give the real one (or leave it out: the cluster's default); --set-resources "
+            "features:slurm_partition='CHANGEME': looks like a placeholder") in text, text[-2000:]
+    fine = run_snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(PAPER), str(site_file(tmp_path)),
+                         "--default-resources", "slurm_account=nlp-a7", "--", "results/table1.csv")
+    assert fine.returncode == 0, fine.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------------------------
 # --config KEY=VALUE
 

@@ -77,6 +77,24 @@ def placeholder_errors(config: dict) -> list[str]:
     return messages
 
 
+def option_placeholder_errors(default: dict[str, Any], overwrite: dict[str, dict[str, Any]]) -> list[str]:
+    """:func:`placeholder_errors` for the SLURM resources given on the command line or in a
+    profile: ``default`` (``--default-resources NAME=VALUE``: name -> value as written) and
+    ``overwrite`` (``--set-resources RULE:NAME=VALUE``: rule -> name -> value), one message each."""
+    names = set(SLURM_RESOURCES.values())
+
+    def text(value: Any) -> Any:
+        return value.strip().strip("'\"") if isinstance(value, str) else value
+
+    given = [("--default-resources", name, value) for name, value in default.items()]
+    given += [("--set-resources", f"{rule}:{name}", value)
+              for rule, values in overwrite.items() for name, value in values.items()]
+    return [f"{option} {name}={text(value)!r}: looks like a placeholder, not your cluster's value; give "
+            "the real one (or leave it out: the cluster's default)"
+            for option, name, value in given
+            if name.rpartition(":")[2] in names and looks_like_placeholder(text(value))]
+
+
 #: the GPU-capable job kinds (what their rules pass to job_resources) -> their device's config key
 DEVICE_KEYS = {"features": ("features", "device"), "mine": ("mining", "device"),
                "train": ("training", "device"), "evaluate": ("training", "device"),

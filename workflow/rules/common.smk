@@ -84,6 +84,23 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
 job_resources, stack_resources = cluster.rule_resources(config)
 
 
+
+def _raw_resources(resources):
+    """name -> the value as written, of Snakemake's parsed --default-resources / --set-resources."""
+    return {name: getattr(resource, "raw", resource) for name, resource in (resources or {}).items()}
+
+
+# a placeholder SLURM value given on the command line or in a profile is refused like one in a
+# site file (cluster.placeholder_errors), before any job is submitted
+_placeholders = cluster.option_placeholder_errors(
+    _raw_resources(workflow.resource_settings._parsed_default_resources),
+    {rule: _raw_resources(values)
+     for rule, values in workflow.resource_settings._parsed_overwrite_resources.items()},
+)
+if _placeholders:
+    raise WorkflowError("; ".join(_placeholders))
+
+
 def one_of(names):
     """A wildcard constraint matching exactly ``names`` (none: a pattern that matches nothing)."""
     return "|".join(re.escape(name) for name in names) if names else "$^"
