@@ -252,3 +252,49 @@ def test_no_tracked_parameter_of_any_job_names_a_corpus_folder(tmp_path, configf
                                                              "image_manifest", "read_multi30k_task2")]
     assert readers, sorted(tracked)[:5]
     assert not [(job, p) for job, params in tracked.items() for p in params if "corpus-folder" in p]
+
+
+def test_the_real_data_layer_plans_the_papers_sizes_on_your_folders(tmp_path, own):
+    """config/own-data-real.yaml over config/own-data.yaml with a site file naming the folders:
+    the plan's features are the paper's (ResNet50 at 224 px, ImageNet weights from the torch hub
+    cache), its models 300-d words and a 1,024-d joint space trained to early stopping, every GPU
+    job asking one GPU, everything under results/own."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import snakemake_exe
+
+    data, work = own
+    site = _site(tmp_path, data)
+    parallel = {}
+    for part in ("train", "valid"):
+        for lang, line in (("en", "a dog runs"), ("fr", "un chien court")):
+            path = tmp_path / "parallel" / f"{part}.{lang}"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(f"{line}\n" * 5, encoding="utf-8")
+            parallel.setdefault(part, {})[lang] = str(path)
+    site.write_text(site.read_text().replace("features: {weights: none}\n", "")
+                    + f"translation: {{model: {{parallel_text: {json.dumps(parallel)}}}}}\n")
+    hub = tmp_path / "torch" / "hub" / "checkpoints"
+    hub.mkdir(parents=True)
+    (hub / "resnet50-0676ba61.pth").touch()     # the DAG checks the file is there; nothing runs
+    env = {**os.environ, "TORCH_HOME": str(tmp_path / "torch"),
+           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run([snakemake_exe(), "-s", str(REPO / "Snakefile"), "-d", str(work), "-n", "-p",
+                             "--cores", "1", "results/own/table.csv", "--configfile", str(OWN),
+                             str(REPO / "config" / "own-data-real.yaml"), str(site)],
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    features = re.findall(r"--settings '(\{[^']*\"arch\"[^']*\})'", result.stdout)
+    assert features and {(s["arch"], s["crop"], s["weights"]) for s in map(json.loads, features)} == {
+        ("resnet50", 224, "imagenet")}
+    jobs = re.findall(r"--job '(\{[^']*\"joint_dim\"[^']*\})'", result.stdout)
+    assert jobs
+    for job in map(json.loads, jobs):
+        model, training = job["settings"]["model"], job["settings"]["training"]
+        assert (model["embedding_dim"], model["joint_dim"]) == (300, 1024), model
+        assert (training["max_updates"], training["patience"]) == (1000000, 10), training
+    outputs = re.findall(r"^\s*output: (.*)$", result.stdout, re.M)
+    assert outputs and all(p.startswith("results/own/") for o in outputs for p in o.split(", "))
+    assert "export_world_corpus" not in result.stdout
