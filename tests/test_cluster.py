@@ -678,3 +678,23 @@ def test_a_gpu_index_a_job_does_not_have_is_refused_naming_its_key():
         "resources.gpu = 1 GPU(s) and sees them as cuda:0 … cuda:0; use 'cuda' (or 'cuda:0'), or set "
         "resources.gpu: 0 to pick a device yourself on a machine of your own"]
     assert device_errors({**config, "resources": {"gpu": 0}}) == []
+
+
+def test_an_experiment_trained_on_the_cpu_asks_no_gpu_for_its_stacks(tmp_path):
+    """One experiment's own ``training.device: cpu``: its stacks train in rules of their own
+    (``train_stack_cpu_seeds…``) that ask no GPU, the CPU partition and paper.yaml's per-model
+    runtime (3 x 25 min), while the other experiments' stacks stay GPU jobs."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    site = site_file(tmp_path, SITE_SLURM + "experiments: {en: {training: {device: cpu}}}\n")
+    result = run_snakemake(tmp_path, "-n", "--profile", str(SLURM_PROFILE), "--cores", "64",
+                           "results/table1.csv", "--configfile", str(PAPER), str(site))
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = listed_jobs(result.stdout)
+    mine = [job for job in training_jobs(jobs) + evaluation_jobs(jobs) if job["wildcards"].get("experiment") == "en"]
+    others = [job for job in training_jobs(jobs) if job["wildcards"].get("experiment") != "en"]
+    assert mine and others
+    for job in mine:
+        assert "_stack_cpu_seeds" in job["rule"] and "gpu" not in job and job["slurm_partition"] == "cpu", job
+    assert {job["runtime"] for job in mine if job["rule"].startswith("train_")} == {"75"}
+    for job in others:
+        assert "_cpu_" not in job["rule"] and job["gpu"] == "1" and job["slurm_partition"] == "gpu", job

@@ -326,7 +326,7 @@ def dry_run_jobs(text: str) -> list[PlannedJob]:
 def job_kind(rule: str) -> tuple[str, int] | None:
     """(calibrated job kind, models) of a workflow rule name; None for a rule that is not one.
     Stack rules carry their stack in the name (``train_stack_seeds1_3``)."""
-    stack = re.match(r"^(train|evaluate)_stack_seeds(\d+)_(\d+)$", rule)
+    stack = re.match(r"^(train|evaluate)_stack_(?:gpu_)?seeds(\d+)_(\d+)$", rule)
     if stack:
         return stack.group(1), int(stack.group(3)) - int(stack.group(2)) + 1
     kinds = {"train": "train", "evaluate": "evaluate", "evaluate_clc": "evaluate", "features": "features",

@@ -185,7 +185,18 @@ class ClusterResources:
         """The device setting of a GPU-capable job kind (``features.device``, ``mining.device``,
         ``training.device`` for train and evaluate, ``translation.translate.device``); "auto" for
         any other."""
+        if rule in ("train", "evaluate") and getattr(self, "_training_device", None) is not None:
+            return self._training_device
         return device_setting_of(self.config, rule)[1]
+
+    def with_training_device(self, device: str) -> "ClusterResources":
+        """These resources for the training and evaluation of experiments whose own
+        ``training.device`` is ``device`` (an experiment's setting over the config's)."""
+        import copy
+
+        other = copy.copy(self)
+        other._training_device = device
+        return other
 
     def on_cpu(self, rule: str) -> bool:
         """Whether jobs of ``rule`` are set to run on the CPU (``device: cpu``): they ask no GPU, the
@@ -299,15 +310,16 @@ class ClusterResources:
             resources["gpu"] = gpus
         return {**resources, **placed}
 
-    def stack_resources(self, step: str, n_models: int) -> dict:
+    def stack_resources(self, step: str, n_models: int, *, device: str | None = None) -> dict:
         """The resources of a stack's ``step`` (train or evaluate) for ``n_models`` models, one
         group job: its walltime for the models (``resources.runtime`` × the models, for training
         an upper bound: on a GPU a stack of S runs faster than S jobs, docs/benchmarks.md; or the
         calibrated minutes of a stack of that size), its memory as one job's (the models share
         the loaded data; the evaluations run one after the other), placed with train."""
         other = {"train": "evaluate", "evaluate": "train"}[step]
-        return self.job_resources(step, gpu=True, placed_with="train", grouped_with=(other,),
-                                  models=n_models)
+        source = self if device is None else self.with_training_device(device)
+        return source.job_resources(step, gpu=True, placed_with="train", grouped_with=(other,),
+                                    models=n_models)
 
 
 def rule_resources(config: dict) -> tuple[Callable[..., dict], Callable[..., dict]]:
