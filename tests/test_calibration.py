@@ -242,3 +242,23 @@ def test_the_demo_asks_what_it_asked_before(tmp_path):
             assert "gpu" not in got and "gres" not in got, name
         retry = rules["train_stack_seeds1_3"].expand_resources(block, InputFiles(), 2)
         assert (retry["mem_mb"], retry["runtime"]) == (6000, 180)
+
+
+def test_a_job_whose_estimate_is_over_a_minute_asks_at_most_twice_it():
+    """The 5-minute minimum made a stack of 1's evaluation (1.4 min estimated) ask 5 (3.6x) and a
+    mutual-criterion mining job (2.2 min) 5: an estimate over a minute now asks at most twice it,
+    rounded down, and never less than it; one under a minute keeps the minimum."""
+    h100 = cal.Calibration.read(H100)
+    # evaluate, one model: 60 + 24 s (the H100 file's evaluate_model_s) = 1.4 min -> 2.1 -> 3, at most floor(2.8) = 2
+    estimate = h100.estimate_seconds("evaluate", TRAINING) / 60
+    assert estimate == pytest.approx(1.4, abs=0.01) and h100.requested_minutes("evaluate", TRAINING) == 2
+    asked = {}
+    for kind in cal.KINDS:
+        for models in ((1, 2, 3, 5, 7, 10) if kind in ("train", "evaluate") else (1,)):
+            criteria = [None, *h100.rates["mine_criterion_factor"]] if kind == "mine" else [None]
+            for criterion in criteria:
+                minutes = h100.estimate_seconds(kind, TRAINING, models=models, criterion=criterion) / 60
+                requested = h100.requested_minutes(kind, TRAINING, models=models, criterion=criterion)
+                asked[(kind, models, criterion)] = requested / minutes
+                assert minutes > 1 and minutes <= requested <= 2 * minutes, (kind, models, criterion, minutes, requested)
+    assert max(asked.values()) <= 2.0 and asked[("evaluate", 3, None)] < 2.0

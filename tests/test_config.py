@@ -291,3 +291,36 @@ def test_a_key_given_twice_in_a_config_file_is_refused_naming_file_line_and_key(
     # the shipped files have none
     for name in ("experiments.yaml", "config.yaml", "paper.yaml", "rehearsal.yaml"):
         read_config_file(REPO / "config" / name)
+
+
+@pytest.mark.parametrize("value, hint", [("french", " (did you mean 'fr'?)"), ("Deutsch", " (did you mean 'de'?)"),
+                                         ("fra", " (did you mean 'fr'?)"), ("en-US", " (did you mean 'en'?)"),
+                                         ("xyz", "")])
+def test_a_language_given_by_its_name_is_refused_suggesting_its_code(tmp_path, value, hint):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"data: {{source: own}}\ncorpora:\n  photos: {{root: /data/photos, lang: {value}}}\n")
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config(REPO / "config" / "config.yaml", REPO / "config" / "own-data.yaml", site))
+    assert (f"config key 'corpora.photos.lang': must be a two-letter ISO 639-1 code such as fr, "
+            f"got {value!r}{hint}") in str(err.value).splitlines()[1], str(err.value)
+
+
+def test_a_language_column_value_that_is_a_name_is_refused_suggesting_its_code(tmp_path):
+    from pseudopairs.data.generic import CorpusError, read_corpus
+
+    (tmp_path / "a.png").write_bytes(b"")
+    (tmp_path / "metadata.csv").write_text("file_name,text,lang\na.png,a dog,French\n", encoding="utf-8")
+    with pytest.raises(CorpusError) as err:
+        read_corpus("c", {"kind": "imagefolder", "root": "x", "lang_column": "lang"}, tmp_path)
+    assert str(err.value) == (f"{tmp_path / 'metadata.csv'}:2: language 'French' (column 'lang') is not a "
+                              "two-letter ISO 639-1 code such as fr (did you mean 'fr'?)")
+
+
+def test_a_translation_run_shorter_than_its_warmup_is_refused_naming_both_keys():
+    config = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")
+    config["translation"]["train"]["max_steps"] = 250
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert ("  config key 'translation.train.warmup_steps': must be below translation.train.max_steps (250): "
+            "the learning rate rises for warmup_steps updates, so the run would stop before it reaches "
+            "translation.train.lr; e.g. warmup_steps: 25 (got 300)") in str(err.value).splitlines()

@@ -234,9 +234,12 @@ def test_plan_facts_count_what_a_dry_run_plans():
     from pseudopairs.report import plan
 
     facts = plan.plan_facts(PLAN_OUTPUT, prefix="toy")
+    # GPU minutes 24 + 75 + 60 + 25 = 184 -> 3 GPU-hours; the stack's group job: 75 + 24 minutes,
+    # the larger memory of its two jobs
     assert facts == {"toy.jobs": 5, "toy.models": 4, "toy.stacks": 1, "toy.stacks_of_3": 1, "toy.gpu_jobs": 4,
                      "toy.gpu_submissions": 3, "toy.mine": 1, "toy.features": 0, "toy.translate": 0,
-                     "toy.evaluate_clc": 0, "toy.model_disk_gb": 0}
+                     "toy.evaluate_clc": 0, "toy.model_disk_gb": 0, "toy.gpu_hours": 3,
+                     "toy.stack_of_3_minutes": 99, "toy.stack_of_3_mem_mb": 32000}
     text = "plans <!--plan:toy.jobs-->4<!--/plan--> jobs, <!--plan:toy.models-->4<!--/plan--> models\n" \
            "and <!--plan:toy.nothing-->1<!--/plan-->"
     assert plan.marker_errors(text, facts, source="X.md") == [
@@ -258,7 +261,9 @@ def test_every_figure_the_docs_quote_from_the_plan_is_the_plans(tmp_path):
     problems = [m for name, text in texts.items() for m in plan.marker_errors(text, facts, source=name)]
     assert not problems, "\n".join(problems) + "\n(run `pseudopairs docs --write`)"
     assert {"paper.jobs", "paper.models", "paper.stacks", "paper.gpu_submissions", "paper.model_disk_gb",
-            "demo.table5.jobs", "demo.jobs_after_table5"} <= plan.marked_names(texts.values())
+            "demo.table5.jobs", "demo.jobs_after_table5", "paper.stack_of_3_minutes", "paper.stack_of_7_minutes",
+            "paper.stack_of_3_mem_mb", "paper.uncalibrated.gpu_hours", "paper.uncalibrated.stack_of_3_minutes",
+            "paper.uncalibrated.stack_of_7_minutes"} <= plan.marked_names(texts.values())
 
 
 def test_config_readme_documents_every_settings_section_by_its_class():

@@ -179,3 +179,20 @@ def test_a_criterion_k_beyond_the_data_fails_at_dag_time(tmp_path):
     assert ("config key 'pseudopairs.de_coco.csls.mining.k': k=100000 exceeds the 5000 database rows "
             "(criterion 'csls' averages each query's k nearest database rows) (coco.en: 15000, m30k.de: "
             "5000 captions)") in result.stdout + result.stderr
+
+
+def test_an_unchanged_table_keeps_its_file_and_time(tmp_path):
+    """write_parquet_if_changed: the same content leaves the file (and its modification time)
+    as it was and no temporary beside it; other content replaces it."""
+    from pseudopairs.io import write_parquet_if_changed
+
+    path = tmp_path / "images.parquet"
+    frame = pd.DataFrame({"image_id": ["a", "b"], "path": ["a.png", "b.png"]})
+    assert write_parquet_if_changed(path, frame) is True
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    assert write_parquet_if_changed(path, frame.copy()) is False
+    assert path.stat().st_mtime_ns == 1_000_000_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images.parquet"]
+    assert write_parquet_if_changed(path, frame.iloc[::-1]) is True
+    assert path.stat().st_mtime_ns != 1_000_000_000
+    assert pd.read_parquet(path)["image_id"].tolist() == ["b", "a"]

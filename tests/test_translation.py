@@ -182,6 +182,21 @@ def test_training_is_deterministic(tmp_path, pairs):
     assert not torch.equal(a["model"]["decoder.layer_norm.weight"], c["model"]["decoder.layer_norm.weight"])
 
 
+def test_a_run_shorter_than_its_warmup_warns_with_its_numbers(tmp_path, pairs, caplog):
+    """Without max_steps the updates a run makes are known once the data is batched: 12 pairs
+    of one batch, 2 epochs = 2 updates, under the 30 warm-up steps -- one warning saying so."""
+    src = write_lines(tmp_path / "train.en", [en for en, _ in pairs])
+    tgt = write_lines(tmp_path / "train.de", [de for _, de in pairs])
+    settings = TS.TranslationTrainSettings.from_dict({**MEMORISE, "epochs": 2, "max_steps": None})
+    with caplog.at_level("WARNING", logger="pseudopairs.translation.fit"):
+        TR.train_mt(source_train=src, target_train=tgt, source_valid=src, target_valid=tgt,
+                    settings=settings, output_dir=tmp_path / "out", progress=False)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pseudopairs.translation.fit"]
+    assert warnings == ["translation.train.warmup_steps (30) >= the 2 updates this run makes (1 per epoch x "
+                        "epochs 2): the learning rate never reaches translation.train.lr (0.003); lower "
+                        "warmup_steps or train longer"]
+
+
 def test_parallel_files_must_align(tmp_path):
     src = write_lines(tmp_path / "a.en", ["one", "two"])
     tgt = write_lines(tmp_path / "a.de", ["eins"])
@@ -617,6 +632,38 @@ def translate(captions: Path, output: Path, model: Path, **overrides):
     settings = TS.TranslateSettings.from_dict({**TRANSLATE, **overrides})
     return TL.translate_captions(captions, output, model_dir=model, source_lang="en", target_lang="de",
                                 dataset="coco.de-mt", settings=settings, command="test", progress=False)
+
+
+def test_translations_empty_once_the_special_tokens_are_dropped_are_counted_and_warned(
+        captions, converted, tmp_path, caplog, monkeypatch):
+    """A model whose output for a caption is only special / language tokens (here: the first
+    non-empty caption's decoded translation made empty) leaves an empty translation: counted in
+    the sidecar apart from the empty inputs, and one warning with the count and the first."""
+    decode = CV.ModelDir.decode
+    lost = []
+
+    def first_lost(self, outputs, *, prefix):   # called once per chunk
+        texts = decode(self, outputs, prefix=prefix)
+        first = None if lost else next((i for i, t in enumerate(texts) if t), None)
+        lost.extend([] if first is None else [first])
+        return [("" if i == first else t) for i, t in enumerate(texts)]
+
+    monkeypatch.setattr(CV.ModelDir, "decode", first_lost)
+    output = tmp_path / "out" / "train.parquet"
+    with caplog.at_level(logging.WARNING, logger="pseudopairs.translation.translate"):
+        run = translate(captions, output, converted)
+    source = read_captions(captions, lang="en")
+    first = next(i for i, t in enumerate(source["raw"]) if t.strip())
+    assert (run.empty, run.empty_output) == (2, 1)
+    sidecar = json.loads(output.with_suffix(".json").read_text())
+    assert (sidecar["counts"]["empty"], sidecar["counts"]["empty_output"]) == (2, 1)
+    warnings = [r.getMessage() for r in caplog.records if "translations are empty" in r.getMessage()]
+    assert warnings == [f"1 of 9 translations are empty once the model's special and language tokens are "
+                        f"dropped (first: image {source['image_id'][first]!r} caption {source['caption_idx'][first]}); "
+                        "they are kept as empty captions (a model trains on one as a single padding step), "
+                        "and a table with more than 1% of its captions empty is refused where it is read: "
+                        "check the model and its language codes"]
+    assert read_captions(output)["raw"].tolist()[first] == ""
 
 
 def test_translations_are_aligned_with_the_source_captions(captions, converted, tmp_path, pairs, caplog):

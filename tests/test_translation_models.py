@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -394,6 +395,62 @@ def test_a_hugging_face_directory_without_its_pieces_is_refused(hf, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_transformers_tokenizer_under_another_name_is_one_line_saying_what_to_do(hf, tmp_path):
+    """The parse error's advice for a transformers model names files.source_tokenizer (the
+    format refuses files.tokenizer); following it with the model's SentencePiece file renamed is
+    one line saying the library loads the tokenizer under its own names, not an AttributeError."""
+    folder = tmp_path / "renamed"
+    shutil.copytree(hf["nllb"], folder)
+    (folder / "sentencepiece.bpe.model").rename(folder / "my.spm")
+    languages = {"en": "eng_Latn", "de": "deu_Latn"}
+    with pytest.raises(FileNotFoundError) as err:
+        prepare_model(declare("b", format="transformers", path=str(folder), languages=languages), tmp_path / "out")
+    assert str(err.value).endswith("name it in translation.models.b.files.source_tokenizer (and target_tokenizer "
+                                   "when the target's differs)")
+    with pytest.raises(ValueError) as err:
+        prepare_model(declare("b", format="transformers", path=str(folder), languages=languages,
+                              files={"source_tokenizer": "my.spm"}), tmp_path / "out")
+    assert str(err.value).startswith(f"{folder}: CTranslate2's Transformers converter cannot load its tokenizer "
+                                     "(AttributeError: ")
+    assert str(err.value).endswith("the transformers format loads the model's own tokenizer from the folder, under "
+                                   "its Hugging Face file names (sentencepiece.bpe.model): put them there "
+                                   "(files.source_tokenizer only names the SentencePiece model this pipeline "
+                                   "encodes with)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_m2m100_tokenizer_saved_without_its_language_tokens_says_what_to_do(hf, tmp_path):
+    from transformers import M2M100Tokenizer
+
+    folder = tmp_path / "m2m"
+    shutil.copytree(hf["m2m100"], folder)
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        (folder / name).unlink(missing_ok=True)
+    M2M100Tokenizer(vocab_file=str(folder / "vocab.json"), spm_file=str(folder / "sentencepiece.bpe.model"),
+                    src_lang="en", tgt_lang="de").save_pretrained(folder)
+    with pytest.raises(ValueError) as err:
+        prepare_model(declare("m", format="transformers", path=str(folder), languages={"en": "en", "de": "de"}),
+                      tmp_path / "out")
+    assert str(err.value) == (f"{folder}: CTranslate2's Transformers converter refused it: ValueError: Source "
+                              "vocabulary 0 has size 309 but the model expected a vocabulary of size 409; the "
+                              f"tokenizer saved in {folder} has fewer entries than the model's embeddings: a "
+                              "m2m100 tokenizer saved without its language tokens (such as '__en__'); save the "
+                              "model's own tokenizer files, language tokens included, in the folder and "
+                              "convert again")
+
+
+def test_verbose_works_appended_to_a_command_as_its_error_line_says(tmp_path, capsys):
+    from pseudopairs import cli
+
+    assert cli.describe_error(TypeError("x")).endswith(
+        "(for the traceback: rerun the command with --verbose, or the workflow with PSEUDOPAIRS_VERBOSE=1 "
+        "in its environment)")
+    argv = ["convert-mt", "--spec", "{\"key\": 1}", "--output", str(tmp_path / "o")]
+    assert cli.main(argv) == 1
+    with pytest.raises(ValueError, match="'name' missing"):   # the traceback, --verbose at the end
+        cli.main([*argv, "--verbose"])
+
+
 # ----------------------------------------------------------------------------------------------
 # The config: declarations, and the model of each translated data set
 
@@ -501,6 +558,46 @@ def test_the_workflow_downloads_converts_and_plans_a_named_model(hf, tmp_path):
     # the archive is a temporary (paper_data.keep_archives keeps it), its content stays
     assert not (tmp_path / "results/downloads/translation_models/opus/model.tar.gz").exists()
     assert (tmp_path / "results/downloads/translation_models/opus/extracted/opus-mt-en-de/config.json").is_file()
+
+
+def test_a_local_model_folder_is_keyed_by_content(hf, tmp_path):
+    """A declared model folder is an input like an image folder: converted once, the same files
+    through another path (a copy without its times) reconvert nothing, and a weight file
+    rewritten in place reconverts and retranslates."""
+    def declared(folder: Path) -> Path:
+        mine = tmp_path / f"mine-{folder.name}.yaml"
+        mine.write_text(yaml.safe_dump({
+            "translation": {"models": {"opus": {"format": "transformers", "path": str(folder),
+                                                "source_lang": "en", "target_lang": "de"}}},
+            "datasets": {"coco.de-mt": {"translation_model": "opus"}}}))
+        return mine
+
+    def plan(mine: Path):
+        result = run_snakemake(work, "-n", "--cores", "1", "results/translation_models/opus/ctranslate2",
+                               "--configfile", str(mine))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return re.findall(r"^(?:local)?rule (\w+):$", result.stdout, re.M), result.stdout + result.stderr
+
+    work = tmp_path / "work"
+    first = tmp_path / "models" / "opus"
+    shutil.copytree(hf["marian"], first)
+    run = run_snakemake(work, "--cores", "1", "results/translation_models/opus/ctranslate2",
+                        "--configfile", str(declared(first)))
+    assert run.returncode == 0, run.stderr[-3000:]
+    manifest = json.loads((work / "results/translation_models/opus/source.json").read_text())
+    assert "model.safetensors" in [f[0] for f in manifest["files"]]
+    rules, text = plan(declared(first))
+    assert rules == [] and "Nothing to be done" in text, text[-2000:]
+    moved = tmp_path / "scratch" / "opus-copy"
+    shutil.copytree(first, moved, copy_function=shutil.copyfile)
+    rules, text = plan(declared(moved))
+    assert rules == [] and "Nothing to be done" in text, text[-2000:]
+    weights = moved / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    rules, text = plan(declared(moved))
+    assert rules == ["convert_mt_named"], text[-2000:]
 
 
 def test_translation_model_is_needed_only_by_the_data_sets_and_rows_that_use_it():

@@ -196,9 +196,14 @@ class Calibration:
     def requested_minutes(self, kind: str, config: Mapping, *, models: int = 1,
                           criterion: str | None = None) -> int:
         """The walltime one job of ``kind`` asks for on its first attempt: ``policy.margin`` × the
-        estimate, in whole minutes rounded up, at least ``policy.min_minutes``."""
-        seconds = self.estimate_seconds(kind, config, models=models, criterion=criterion) * float(self.policy["margin"])
-        return max(int(self.policy["min_minutes"]), math.ceil(seconds / 60.0))
+        estimate, in whole minutes rounded up, at least ``policy.min_minutes`` -- but for an
+        estimate over a minute never more than twice it (rounded down), so a short job (a stack
+        of 3's evaluation, a mutual-criterion mining job) does not ask the minimum's 3×."""
+        estimate = self.estimate_seconds(kind, config, models=models, criterion=criterion) / 60.0
+        minutes = max(int(self.policy["min_minutes"]), math.ceil(estimate * float(self.policy["margin"])))
+        if estimate > 1.0:
+            minutes = min(minutes, math.floor(2.0 * estimate))
+        return minutes
 
     def requested_memory_mb(self, kind: str, *, models: int = 1) -> int:
         """The memory one job of ``kind`` asks for: (its peak RSS + ``cuda_host_mb``) ×
@@ -321,7 +326,7 @@ def dry_run_jobs(text: str) -> list[PlannedJob]:
 def job_kind(rule: str) -> tuple[str, int] | None:
     """(calibrated job kind, models) of a workflow rule name; None for a rule that is not one.
     Stack rules carry their stack in the name (``train_stack_seeds1_3``)."""
-    stack = re.match(r"^(train|evaluate)_stack_seeds(\d+)_(\d+)$", rule)
+    stack = re.match(r"^(train|evaluate)_stack_(?:gpu_)?seeds(\d+)_(\d+)$", rule)
     if stack:
         return stack.group(1), int(stack.group(3)) - int(stack.group(2)) + 1
     kinds = {"train": "train", "evaluate": "evaluate", "evaluate_clc": "evaluate", "features": "features",

@@ -16,8 +16,9 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 from pseudopairs.commands import COMMANDS, STAGES
 
@@ -83,8 +84,36 @@ def describe_error(err: BaseException) -> str:
     elif isinstance(err, (ValueError, RuntimeError, KeyError)) and str(err):
         text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     else:
-        text = f"{type(err).__name__}: {err} (rerun with --verbose for the traceback)"
+        text = (f"{type(err).__name__}: {err} (for the traceback: rerun the command with --verbose, or "
+                "the workflow with PSEUDOPAIRS_VERBOSE=1 in its environment)")
     return " ".join(text.split())
+
+
+ERROR_LINE = re.compile(r"^pseudopairs [\w-]+: error: ")
+
+
+def error_line(log: str | os.PathLike) -> str | None:
+    """The last one-line error a step wrote to its log (:func:`run_command`), or None (no log,
+    or it failed otherwise: a traceback, a killed job)."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as handle:
+            lines = [line.rstrip("\n") for line in handle if ERROR_LINE.match(line)]
+    except OSError:
+        return None
+    return lines[-1] if lines else None
+
+
+def failed_job_lines(jobs: Iterable[tuple[str, str, Iterable[str]]]) -> list[str]:
+    """For the jobs of a failed run, ``(rule, wildcards, logs)`` each: one line per job whose log
+    holds a step's error line -- ``rule NAME (WILDCARDS): pseudopairs …: error: …`` -- so the line
+    naming the file is on the console, not only in the log."""
+    out = []
+    for rule, wildcards, logs in jobs:
+        for log in logs:
+            line = error_line(log)
+            if line:
+                out.append(f"rule {rule}" + (f" ({wildcards})" if wildcards else "") + f": {line} [log: {log}]")
+    return out
 
 
 def run_command(args: argparse.Namespace, *, verbose: bool) -> int:
@@ -104,10 +133,13 @@ def run_command(args: argparse.Namespace, *, verbose: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --verbose anywhere on the line (the error line's hint: appended to a command as it was run)
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a != "--verbose"]
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser([command] if command in COMMANDS else [])
     args: Any = parser.parse_args(argv)
-    return run_command(args, verbose=args.verbose)
+    return run_command(args, verbose=verbose)
 
 
 if __name__ == "__main__":

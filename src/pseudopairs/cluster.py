@@ -12,6 +12,8 @@
 * With ``resources.calibration`` (a file of measured GPU rates, :mod:`pseudopairs.calibration`),
   the GPU job kinds (train, evaluate, features, mine, translate) ask for the walltime and memory
   their measured rates give instead of ``resources.runtime`` / ``resources.mem_mb``.
+* ``resources.override`` (``mem_mb`` / ``runtime`` per job kind) wins over both: the one way to
+  give a job kind (a stack's training included) more memory or time.
 * :func:`placeholder_errors` — a ``resources.slurm`` value that looks like an example left in
   place (``myaccount``, ``<account>``, ``CHANGEME``, ``xxx`` …, the docs' own examples such as
   ``proj123`` or an address at example.org) is refused when the config is checked, naming its
@@ -75,6 +77,60 @@ def placeholder_errors(config: dict) -> list[str]:
     return messages
 
 
+def option_placeholder_errors(default: dict[str, Any], overwrite: dict[str, dict[str, Any]]) -> list[str]:
+    """:func:`placeholder_errors` for the SLURM resources given on the command line or in a
+    profile: ``default`` (``--default-resources NAME=VALUE``: name -> value as written) and
+    ``overwrite`` (``--set-resources RULE:NAME=VALUE``: rule -> name -> value), one message each."""
+    names = set(SLURM_RESOURCES.values())
+
+    def text(value: Any) -> Any:
+        return value.strip().strip("'\"") if isinstance(value, str) else value
+
+    given = [("--default-resources", name, value) for name, value in default.items()]
+    given += [("--set-resources", f"{rule}:{name}", value)
+              for rule, values in overwrite.items() for name, value in values.items()]
+    return [f"{option} {name}={text(value)!r}: looks like a placeholder, not your cluster's value; give "
+            "the real one (or leave it out: the cluster's default)"
+            for option, name, value in given
+            if name.rpartition(":")[2] in names and looks_like_placeholder(text(value))]
+
+
+#: the GPU-capable job kinds (what their rules pass to job_resources) -> their device's config key
+DEVICE_KEYS = {"features": ("features", "device"), "mine": ("mining", "device"),
+               "train": ("training", "device"), "evaluate": ("training", "device"),
+               "translate": ("translation", "translate", "device")}
+_CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+
+
+def device_setting_of(config: dict, rule: str) -> tuple[str | None, str]:
+    """(config key, value) of the device a job kind runs on; (None, "auto") for a rule without."""
+    keys = DEVICE_KEYS.get(rule)
+    if keys is None:
+        return None, "auto"
+    value: Any = config
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return ".".join(keys), str(value or "auto")
+
+
+def device_errors(config: dict) -> list[str]:
+    """A GPU job that asks the scheduler for GPUs (``resources.gpu`` > 0) sees its own GPUs from
+    cuda:0, so ``cuda:N`` with N >= 1 names a device the job does not have (it would fail on the
+    node, after waiting in the queue): refused while the config is checked, naming the key."""
+    gpus = (config.get("resources") or {}).get("gpu") or 0
+    messages = []
+    settings = dict(device_setting_of(config, rule) for rule in DEVICE_KEYS)
+    for key, value in settings.items():
+        found = _CUDA_INDEX.match(value)
+        if found and int(found.group(1)) >= 1 and gpus > 0:
+            messages.append(
+                f"config key '{key}': {value!r} names GPU {found.group(1)}, but each job asks the "
+                f"scheduler for resources.gpu = {gpus} GPU(s) and sees them as cuda:0 … "
+                f"cuda:{gpus - 1}; use 'cuda' (or 'cuda:0'), or set resources.gpu: 0 to pick a "
+                "device yourself on a machine of your own")
+    return messages
+
+
 def _check_attempt(attempt: Any) -> int:
     if isinstance(attempt, bool) or int(attempt) != attempt or attempt < 1:
         raise ValueError(f"attempt must be a whole number >= 1, got {attempt!r}")
@@ -125,12 +181,49 @@ class ClusterResources:
 
     # ---- memory and time -----------------------------------------------------------------------
 
+    def device_of(self, rule: str) -> str:
+        """The device setting of a GPU-capable job kind (``features.device``, ``mining.device``,
+        ``training.device`` for train and evaluate, ``translation.translate.device``); "auto" for
+        any other."""
+        if rule in ("train", "evaluate") and getattr(self, "_training_device", None) is not None:
+            return self._training_device
+        return device_setting_of(self.config, rule)[1]
+
+    def with_training_device(self, device: str) -> "ClusterResources":
+        """These resources for the training and evaluation of experiments whose own
+        ``training.device`` is ``device`` (an experiment's setting over the config's)."""
+        import copy
+
+        other = copy.copy(self)
+        other._training_device = device
+        return other
+
+    def on_cpu(self, rule: str) -> bool:
+        """Whether jobs of ``rule`` are set to run on the CPU (``device: cpu``): they ask no GPU, the
+        CPU placement and the uncalibrated ``runtime`` / ``mem_mb`` (the calibration's rates are
+        a GPU's)."""
+        return self.device_of(rule) == "cpu"
+
+    def calibrated(self, rule: str) -> bool:
+        return self.calibration is not None and self.calibration.covers(rule) and not self.on_cpu(rule)
+
+    def override(self, key: str, rule: str) -> int | None:
+        """``resources.override.<key>.<rule>`` (``mem_mb`` or ``runtime``; ``rule``: the job kind a
+        rule passes to job_resources -- ``train`` and ``evaluate`` for every stack's rules): what
+        one job of that kind asks on its first attempt, over the calibration and ``mem_mb`` /
+        ``runtime`` (not multiplied by a stack's models); None when not set."""
+        value = ((self.resources.get("override") or {}).get(key) or {}).get(rule)
+        return None if value is None else int(value)
+
     def first_minutes(self, rule: str, *, models: int = 1, wildcards: Any = None) -> int:
         """The walltime of ``rule``'s job on its first attempt, uncapped: the calibrated minutes of
         its job kind (:meth:`pseudopairs.calibration.Calibration.requested_minutes`; a mine job's
         for the criterion of its ``pseudopairs`` wildcard) when there is a calibration and the
         rule is of a calibrated kind, else ``resources.runtime`` × ``models``."""
-        if self.calibration is not None and self.calibration.covers(rule):
+        forced = self.override("runtime", rule)
+        if forced is not None:
+            return forced
+        if self.calibrated(rule):
             from pseudopairs.calibration import mine_criterion
 
             criterion = mine_criterion(self.config, wildcards) if rule == "mine" else None
@@ -142,7 +235,10 @@ class ClusterResources:
         """Memory of one job of ``rule`` in MB (the calibration's for a calibrated kind, else config
         ``resources.mem_mb``, else its ``default``), × the attempt number, so a job killed for
         memory and retried (``--retries``, set in the SLURM profile) asks for more."""
-        if self.calibration is not None and self.calibration.covers(rule):
+        forced = self.override("mem_mb", rule)
+        if forced is not None:
+            megabytes = forced
+        elif self.calibrated(rule):
             megabytes = self.calibration.requested_memory_mb(rule, models=models)
         else:
             megabytes = self.resources["mem_mb"].get(rule, self.resources["mem_mb"]["default"])
@@ -155,7 +251,7 @@ class ClusterResources:
         (:func:`capped`)."""
         cap = self.resources.get("runtime_cap")
         names = (rule, *grouped_with)
-        if rule == "mine" and self.calibration is not None:  # per job: its set's criterion
+        if rule == "mine" and self.calibrated(rule):  # per job: its set's criterion
             return lambda wildcards, attempt: capped(
                 {name: self.first_minutes(name, models=models, wildcards=wildcards) for name in names},
                 rule, attempt, cap=cap)
@@ -199,9 +295,11 @@ class ClusterResources:
           given: a rule whose jobs share a group job with that rule's (evaluate with train) must ask
           for the same partition.
 
-        The rules declare these, so a profile or the command line only adds to them:
-        ``--set-resources train:mem_mb=64000`` changes train's memory and nothing else."""
-        gpus = self.resources["gpu"] if gpu else 0
+        The rules declare these, so a profile or the command line only adds to them. To give a
+        job kind more memory or time, ``resources.override`` in the config (:meth:`override`):
+        the stacks' rules are generated (``train_stack_seeds1_3`` …), so a command-line
+        ``--set-resources train:…`` names no rule."""
+        gpus = self.resources["gpu"] if gpu and not self.on_cpu(placed_with or rule) else 0
         resources = {"mem_mb": self.mem_mb(rule, models=models),
                      "runtime": self.runtime(rule, grouped_with=grouped_with, models=models)}
         placed = self.placement(placed_with or rule, gpu=gpus > 0)
@@ -212,15 +310,16 @@ class ClusterResources:
             resources["gpu"] = gpus
         return {**resources, **placed}
 
-    def stack_resources(self, step: str, n_models: int) -> dict:
+    def stack_resources(self, step: str, n_models: int, *, device: str | None = None) -> dict:
         """The resources of a stack's ``step`` (train or evaluate) for ``n_models`` models, one
         group job: its walltime for the models (``resources.runtime`` × the models, for training
         an upper bound: on a GPU a stack of S runs faster than S jobs, docs/benchmarks.md; or the
         calibrated minutes of a stack of that size), its memory as one job's (the models share
         the loaded data; the evaluations run one after the other), placed with train."""
         other = {"train": "evaluate", "evaluate": "train"}[step]
-        return self.job_resources(step, gpu=True, placed_with="train", grouped_with=(other,),
-                                  models=n_models)
+        source = self if device is None else self.with_training_device(device)
+        return source.job_resources(step, gpu=True, placed_with="train", grouped_with=(other,),
+                                    models=n_models)
 
 
 def rule_resources(config: dict) -> tuple[Callable[..., dict], Callable[..., dict]]:

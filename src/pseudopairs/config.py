@@ -18,9 +18,9 @@ import jsonschema
 import yaml
 
 from pseudopairs.calibration import calibration_errors
-from pseudopairs.cluster import placeholder_errors
+from pseudopairs.cluster import device_errors, placeholder_errors
 from pseudopairs.rounds import expand_rounds
-from pseudopairs.settings import PATTERN_TEXT, deep_update, expand_schema
+from pseudopairs.settings import LANG_PATTERN, PATTERN_TEXT, deep_update, expand_schema, language_hint
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -80,8 +80,9 @@ def _schema_errors(config: dict, schema: dict) -> list[str]:
         elif error.validator == "required":
             messages.append(f"config key '{where}': {error.message}")
         elif error.validator == "pattern" and _pattern_text(error.validator_value):
+            hint = language_hint(error.instance) if error.validator_value == LANG_PATTERN else ""
             messages.append(f"config key '{where}': must be {_pattern_text(error.validator_value)}, "
-                            f"got {error.instance!r}")
+                            f"got {error.instance!r}{hint}")
         else:
             messages.append(f"config key '{where}': {error.message}")
     return messages
@@ -109,7 +110,7 @@ def contract_errors(config: dict) -> list[str]:
     messages = []
     for name in CONTRACTS:
         messages += importlib.import_module(name).check(config)
-    return messages + placeholder_errors(config) + calibration_errors(config)
+    return messages + placeholder_errors(config) + device_errors(config) + calibration_errors(config)
 
 
 _JSON_TYPES = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None),

@@ -162,6 +162,36 @@ def write_parquet_atomic(path: str | os.PathLike, frame: pd.DataFrame) -> None:
         frame.to_parquet(tmp, index=False)
 
 
+def write_parquet_if_changed(path: str | os.PathLike, frame: pd.DataFrame) -> bool:
+    """Write ``frame`` to a temporary sibling of ``path`` and rename it into place only when its
+    bytes differ from the file already there, which otherwise keeps its modification time (so
+    Snakemake sees nothing new downstream). True when the file was (re)written."""
+    import filecmp
+
+    path = Path(path)
+    if not path.is_file():
+        write_parquet_atomic(path, frame)
+        return True
+    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.parquet", dir=path.parent)
+    os.close(fd)
+    scratch = Path(scratch)
+    try:
+        frame.to_parquet(scratch, index=False)
+        if filecmp.cmp(scratch, path, shallow=False):
+            return False
+        os.chmod(scratch, 0o666 & ~_umask())
+        os.replace(scratch, path)
+        return True
+    except BaseException as err:
+        full = out_of_space(err, path)
+        if full is not None:
+            raise full from err
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            scratch.unlink()
+
+
 CAPTION_COLUMNS = ["dataset", "split", "image_id", "lang", "caption_idx", "raw", "text"]
 RAW_CAPTION_COLUMNS = CAPTION_COLUMNS[:-1]
 IMAGE_COLUMNS = ["image_id", "path"]

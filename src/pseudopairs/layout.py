@@ -36,6 +36,12 @@ def corpus_source(corpus: str) -> str:
     return f"{RESULTS}/corpora/{corpus}/source.json"
 
 
+def corpus_images_key(corpus: str) -> str:
+    """What a declared corpus' image lists were made from (its source manifest and reading
+    settings, hashed: :func:`pseudopairs.data.generic.images_key`)."""
+    return f"{RESULTS}/corpora/{corpus}/images.key"
+
+
 def downloads() -> str:
     """Where the real data's downloads are kept (``fetch``)."""
     return f"{RESULTS}/downloads"
@@ -207,6 +213,12 @@ def translation_model() -> str:
 def translation_named_model(name: str) -> str:
     """The CTranslate2 model directory of ``translation.models.NAME`` (``convert-mt --spec`` output)."""
     return f"{RESULTS}/translation_models/{name}/ctranslate2"
+
+
+def translation_model_source(name: str) -> str:
+    """A declared local translation model's files keyed by content (names relative to its folder,
+    sizes, SHA-256: :mod:`pseudopairs.data.manifest`), what its conversion depends on."""
+    return f"{RESULTS}/translation_models/{name}/source.json"
 
 
 def translation_named_archive(name: str, suffix: str) -> str:

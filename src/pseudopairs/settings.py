@@ -28,7 +28,41 @@ S = TypeVar("S", bound="Settings")
 #: else the CPU), ``cpu``, ``cuda`` or ``cuda:N`` (:func:`device_setting`, :func:`resolve_device`).
 DEVICE_PATTERN = r"auto|cpu|cuda(?::[0-9]+)?"
 #: How a ``pattern`` of :func:`setting` is said in an error message (else the pattern itself).
-PATTERN_TEXT = {DEVICE_PATTERN: "auto, cpu, cuda or cuda:N"}
+#: a caption language: an ISO 639-1 code (the pipeline's, the tables' and the files' names)
+LANG_PATTERN = "^[a-z]{2}$"
+PATTERN_TEXT = {DEVICE_PATTERN: "auto, cpu, cuda or cuda:N",
+                LANG_PATTERN: "a two-letter ISO 639-1 code such as fr"}
+
+#: language names (English and their own) and three-letter ISO 639-2/3 codes -> ISO 639-1, for
+#: the hint of :func:`language_hint`
+_LANGUAGE_CODES = {
+    "en": ("english", "eng"), "fr": ("french", "français", "francais", "fra", "fre"),
+    "de": ("german", "deutsch", "deu", "ger"), "cs": ("czech", "čeština", "cestina", "ces", "cze"),
+    "es": ("spanish", "español", "espanol", "spa"), "it": ("italian", "italiano", "ita"),
+    "nl": ("dutch", "nederlands", "nld", "dut"), "pt": ("portuguese", "português", "portugues", "por"),
+    "ru": ("russian", "rus"), "zh": ("chinese", "zho", "chi"), "ja": ("japanese", "jpn"),
+    "ko": ("korean", "kor"), "ar": ("arabic", "ara"), "tr": ("turkish", "türkçe", "tur"),
+    "pl": ("polish", "polski", "pol"), "sv": ("swedish", "svenska", "swe"), "fi": ("finnish", "suomi", "fin"),
+    "da": ("danish", "dansk", "dan"), "no": ("norwegian", "norsk", "nor"), "el": ("greek", "ell", "gre"),
+    "hi": ("hindi", "hin"), "ro": ("romanian", "română", "romana", "ron", "rum"),
+    "hu": ("hungarian", "magyar", "hun"), "uk": ("ukrainian", "ukr"), "vi": ("vietnamese", "vie"),
+    "id": ("indonesian", "ind"), "he": ("hebrew", "heb"), "ca": ("catalan", "català", "cat"),
+    "et": ("estonian", "est"), "lv": ("latvian", "lav"), "lt": ("lithuanian", "lit"),
+}
+_BY_NAME = {name: code for code, names in _LANGUAGE_CODES.items() for name in names}
+
+
+def language_hint(value) -> str:
+    """`` (did you mean 'fr'?)`` for a language given by its name (``french``, ``Deutsch``), a
+    three-letter code (``fra``), another case (``FR``) or with a region (``fr-FR``, ``en_US``);
+    empty otherwise."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip().lower()
+    code = _BY_NAME.get(text)
+    if code is None and re.match(r"^[a-z]{2}(?:[-_][a-z0-9]+)?$", text):
+        code = text[:2]
+    return f" (did you mean {code!r}?)" if code and code != value else ""
 
 _KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
                dict: "an object", list: "a list"}

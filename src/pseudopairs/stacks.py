@@ -86,6 +86,20 @@ def stack_experiments(config: dict, models: dict[str, list[int]]) -> dict[tuple[
     return out
 
 
+def device_groups(config: dict, names: list[str]) -> list[tuple[str, list[str], str | None]]:
+    """The experiments of one stack size split by where they train: ``(prefix, names, device)``;
+    those on the config's ``training.device`` (CPU or not) keep the stack's rule names (prefix "",
+    device None: the config's resources), the others get rules of their own (prefix ``cpu_`` or
+    ``gpu_``: ``train_stack_cpu_seeds1_3``), which ask for their device's resources."""
+    on_cpu = str(config["training"].get("device", "auto")) == "cpu"
+    same = [n for n in names if (experiment_training(config, n).device == "cpu") == on_cpu]
+    other = [n for n in names if n not in same]
+    groups = [("", same, None)] if same else []
+    if other:
+        groups.append(("gpu_", other, "auto") if on_cpu else ("cpu_", other, "cpu"))
+    return groups
+
+
 def stack_label(seeds: list[int] | tuple[int, ...]) -> str:
     """A stack's name in rule names, logs and group jobs: ``seeds1-3``."""
     return f"seeds{seeds[0]}-{seeds[-1]}"

@@ -3,6 +3,7 @@
 # from the job's wildcards by from_wildcards.
 import json
 import re
+import sys
 from pathlib import Path
 
 from pseudopairs import cluster, environment, layout
@@ -83,6 +84,23 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
 job_resources, stack_resources = cluster.rule_resources(config)
 
 
+
+def _raw_resources(resources):
+    """name -> the value as written, of Snakemake's parsed --default-resources / --set-resources."""
+    return {name: getattr(resource, "raw", resource) for name, resource in (resources or {}).items()}
+
+
+# a placeholder SLURM value given on the command line or in a profile is refused like one in a
+# site file (cluster.placeholder_errors), before any job is submitted
+_placeholders = cluster.option_placeholder_errors(
+    _raw_resources(workflow.resource_settings._parsed_default_resources),
+    {rule: _raw_resources(values)
+     for rule, values in workflow.resource_settings._parsed_overwrite_resources.items()},
+)
+if _placeholders:
+    raise WorkflowError("; ".join(_placeholders))
+
+
 def one_of(names):
     """A wildcard constraint matching exactly ``names`` (none: a pattern that matches nothing)."""
     return "|".join(re.escape(name) for name in names) if names else "$^"
@@ -120,9 +138,30 @@ def feature_weights_input(wildcards):
 
 
 # Each existing manifest brought up to date with its files before the DAG is built (main
-# process only, not in each cluster job's own parse)
+# process only, not in each cluster job's own parse), and a declared corpus' image lists with
+# its source (rewritten only where their content changes: an edited caption reruns no features)
 if workflow.is_main_process:
-    corpora.refresh_manifests(config)
+    from pseudopairs.data.generic import refresh_image_lists
+
+    corpora.refresh_manifests(config, after_source=refresh_image_lists)
+    translation_contract.refresh_model_manifests(config)
+
+
+# ----------------------------------------------------------------------------------------------
+# When a run fails (onerror): each failed job's one error line on the console, not only in its log
+
+
+def report_failed_jobs():
+    from pseudopairs.cli import failed_job_lines
+
+    scheduler = getattr(workflow, "scheduler", None)
+    jobs = []
+    for job in getattr(scheduler, "failed", ()):
+        for member in job.jobs if job.is_group() else [job]:
+            wildcards = ", ".join(f"{k}={v}" for k, v in member.wildcards_dict.items())
+            jobs.append((member.rule.name, wildcards, [str(f) for f in member.log]))
+    for line in failed_job_lines(jobs):
+        print(line, file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -325,12 +325,12 @@ if corpora.generic_corpora(config):
             "python -m pseudopairs corpus-source --corpus {wildcards.corpus:q} "
             "--declaration {params.declaration:q} --output {output:q} > {log:q} 2>&1"
 
+    # The caption side: reruns when the source files change (an edited caption) ...
     rule read_corpus:
         input:
             layout.corpus_source("{corpus}"),
         output:
             captions=[layout.raw_captions("{corpus}", s) for s in SPLITS],
-            images=[layout.images("{corpus}", s) for s in SPLITS],
         log:
             layout.log("read_corpus", "{corpus}"),
         benchmark:
@@ -349,8 +349,35 @@ if corpora.generic_corpora(config):
             root=lambda w, input: corpora.image_root(config, w.corpus),
         shell:
             "python -m pseudopairs read-corpus --corpus {wildcards.corpus:q} --declaration {params.declaration:q} "
-            "--root {params.root:q} --captions-out {output.captions:q} --images-out {output.images:q} "
-            "> {log:q} 2>&1"
+            "--root {params.root:q} --captions-out {output.captions:q} > {log:q} 2>&1"
+
+    # ... the image lists: made once here, then kept up to date at each parse (common.smk:
+    # pseudopairs.data.generic.refresh_image_lists), rewritten only where their content changes,
+    # so an edited caption reruns no features job (the source is `ancient`: its time alone
+    # reruns nothing here)
+    rule corpus_images:
+        input:
+            ancient(layout.corpus_source("{corpus}")),
+        output:
+            images=[layout.images("{corpus}", s) for s in SPLITS],
+            key=layout.corpus_images_key("{corpus}"),
+        log:
+            layout.log("corpus_images", "{corpus}"),
+        benchmark:
+            layout.benchmark("corpus_images", "{corpus}")
+        wildcard_constraints:
+            corpus=one_of(corpora.generic_corpora(config)),
+        conda:
+            "../../envs/steps.yaml"
+        resources:
+            **job_resources("read_corpus"),
+        params:
+            declaration=lambda w, input: as_json(corpora.declaration(config, w.corpus)),
+            root=lambda w, input: corpora.image_root(config, w.corpus),
+        shell:
+            "python -m pseudopairs read-corpus --corpus {wildcards.corpus:q} --declaration {params.declaration:q} "
+            "--root {params.root:q} --images-out {output.images:q} --images-key {output.key:q} "
+            "--source {input:q} > {log:q} 2>&1"
 
 
 # The image files a split of an external corpus needs (Flickr30K, an imagefolder, a webdataset's

@@ -10,9 +10,13 @@
 # trained in that block), ordered before train and evaluate.
 
 
-for _seeds, _names in stacks.stack_experiments(config, MODELS).items():
+for _seeds, _prefix, _names, _device in [
+    (seeds, prefix, names, device)
+    for seeds, all_names in stacks.stack_experiments(config, MODELS).items()
+    for prefix, names, device in stacks.device_groups(config, all_names)
+]:
     _block = stacks.stack_label(_seeds)
-    _rule = _block.replace("-", "_")
+    _rule = _prefix + _block.replace("-", "_")
 
     rule:
         name:
@@ -41,7 +45,7 @@ for _seeds, _names in stacks.stack_experiments(config, MODELS).items():
             "../../envs/steps.yaml"
         threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
         resources:
-            **stack_resources("train", len(_seeds)),
+            **stack_resources("train", len(_seeds), device=_device),
         params:
             job=lambda w, seeds=_seeds: as_json(
                 model_contract.training_job(config, w.experiment, seeds)
@@ -72,7 +76,7 @@ for _seeds, _names in stacks.stack_experiments(config, MODELS).items():
             "../../envs/steps.yaml"
         threads: lambda w: model_contract.experiment_training(config, w.experiment).threads
         resources:
-            **stack_resources("evaluate", len(_seeds)),
+            **stack_resources("evaluate", len(_seeds), device=_device),
         params:
             job=lambda w, seeds=_seeds: as_json(
                 evaluation_contract.evaluation_job(config, w.experiment, seeds)

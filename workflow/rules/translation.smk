@@ -149,9 +149,11 @@ rule extract_translation_named:
         "python -m pseudopairs extract --archive {input:q} --output {output:q} > {log:q} 2>&1"
 
 
+# A local model folder is keyed by content (its manifest, refreshed at each parse: common.smk):
+# a weight file rewritten in place reconverts; the folder's path is not tracked (it takes `input`).
 rule convert_mt_named:
     input:
-        from_wildcards(translation_contract.model_location, "name"),
+        from_wildcards(translation_contract.conversion_input, "name"),
     output:
         directory(layout.translation_named_model("{name}")),
     log:
@@ -166,7 +168,8 @@ rule convert_mt_named:
     resources:
         **job_resources("convert_mt"),
     params:
-        spec=from_wildcards(translation_contract.convert_spec, "name", to_json=True),
+        settings=from_wildcards(translation_contract.conversion_settings, "name", to_json=True),
+        spec=lambda w, input: as_json(translation_contract.convert_spec(config, w.name)),
     shell:
         "python -m pseudopairs convert-mt --spec {params.spec:q} --output-dir {output:q} > {log:q} 2>&1"
 

@@ -452,8 +452,10 @@ def manifest_problem(config: dict, name: str, split: str) -> str | None:
     """Why the features of ``name``/``split`` cannot be made, known before any job runs: its
     manifest (when it exists and is newer than the features, which then must be made again)
     names files that are missing -- how many, and the first ones."""
-    from pseudopairs.data.manifest import missing_message, read_manifest
+    from pseudopairs.data.manifest import read_manifest
 
+    if (name, split) in INCOMPLETE:   # every split the refresh found incomplete, in one line
+        return "; ".join(_incomplete_message(config, n, s, m) for (n, s), m in INCOMPLETE.items())
     path = Path(layout.image_manifest(name, split))
     if not path.is_file():
         return None
@@ -463,9 +465,7 @@ def manifest_problem(config: dict, name: str, split: str) -> str | None:
     manifest = read_manifest(path)
     if manifest is None:
         return None
-    key = "paper_data.flickr30k_images" if corpus_kind(config, name).name == "multi30k_task2" else f"corpora.{name}"
-    return missing_message(manifest, what=f"config key '{key}': split {split} of corpus {name!r}",
-                           root=image_root(config, name))
+    return _incomplete_message(config, name, split, manifest)
 
 
 def feature_image_inputs(config: dict, name: str, split: str) -> dict[str, Any]:
@@ -491,14 +491,17 @@ def image_root_args(config: dict, name: str) -> list[str]:
     return ["--image-root", root] if root is not None else []
 
 
-def refresh_manifests(config: dict) -> list[str]:
+def refresh_manifests(config: dict, *, after_source=None) -> list[str]:
     """Bring every existing manifest of the external corpora up to date with their files, before
     the DAG is built: rewritten only when a file's content changed (then what was made from it is
     older and reruns), untouched otherwise. A folder that is not there is skipped (the jobs that
-    need it say so). Returns the manifests rewritten."""
+    need it say so). ``after_source(config, name)``: run for a generic corpus once its source
+    manifest is refreshed, before its image manifests (the image lists' refresh,
+    :func:`pseudopairs.data.generic.refresh_image_lists`). Returns the files rewritten."""
     from pseudopairs.data.manifest import refresh_manifest, refresh_source
 
     rewritten = []
+    INCOMPLETE.clear()
     for name in external_corpora(config):
         try:
             root = image_root(config, name)
@@ -514,11 +517,30 @@ def refresh_manifests(config: dict) -> list[str]:
                 names = None
             if names and refresh_source(names, source, root):
                 rewritten.append(source)
+            if after_source is not None:
+                rewritten += after_source(config, name) or []
         for split in SPLITS:
             manifest = layout.image_manifest(name, split)
-            if refresh_manifest(layout.images(name, split), manifest, root):
+            refreshed = refresh_manifest(layout.images(name, split), manifest, root)
+            if isinstance(refreshed, dict):
+                INCOMPLETE[(name, split)] = refreshed   # refused by manifest_problem, not written
+            elif refreshed:
                 rewritten.append(manifest)
     return rewritten
+
+
+#: The splits whose files the last refresh (:func:`refresh_manifests`) found missing, and their
+#: unwritten manifests: a features job of any of them is refused while the DAG is built, naming
+#: them all.
+INCOMPLETE: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _incomplete_message(config: dict, name: str, split: str, manifest: dict[str, Any]) -> str:
+    from pseudopairs.data.manifest import missing_message
+
+    key = "paper_data.flickr30k_images" if corpus_kind(config, name).name == "multi30k_task2" else f"corpora.{name}"
+    return missing_message(manifest, what=f"config key '{key}': split {split} of corpus {name!r}",
+                           root=image_root(config, name))
 
 
 def docs_table() -> str:

@@ -40,9 +40,10 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
+from pseudopairs.settings import language_hint
 from pseudopairs.data.corpora import (IMAGE_SUFFIXES, SPLITS, ImageFolderCorpus, WebDatasetCorpus,
                                       CORPUS_KINDS)
-from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_parquet_atomic
+from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_parquet_if_changed, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def collect_imagefolder(settings: ImageFolderCorpus, root: Path, metadata: str) 
         lang = settings.lang if settings.lang_column is None else _text(row[settings.lang_column])
         if not lang or not LANG.match(lang):
             raise CorpusError(f"{where}: language {lang!r} (column {settings.lang_column!r}) is not a "
-                              "two-letter code")
+                              f"two-letter ISO 639-1 code such as fr{language_hint(lang)}")
         split = _text(row.get(settings.split_column)) if settings.split_column in row else None
         has_split = _check_split(split, has_split, where=where,
                                  missing=f"no {settings.split_column!r} value, while earlier rows have one")
@@ -297,7 +298,7 @@ def collect_webdataset(settings: WebDatasetCorpus, root: Path, shards: Sequence[
             lang = settings.lang if settings.lang_field is None else _text(meta.get(settings.lang_field))
             if not lang or not LANG.match(lang):
                 raise CorpusError(f"{where}: language {lang!r} ({key}.json field {settings.lang_field!r}) "
-                                  "is not a two-letter code")
+                                  f"is not a two-letter ISO 639-1 code such as fr{language_hint(lang)}")
             split = _text(meta.get(settings.split_field))
             has_split = _check_split(split, has_split, where=where,
                                      missing=f"{key}.json has no {settings.split_field!r}, while earlier samples do")
@@ -402,14 +403,69 @@ def _root_key(declaration: dict[str, Any], root) -> dict[str, str]:
     return {"shards": str(root)}
 
 
+def images_key(declaration: dict[str, Any], source: str | os.PathLike) -> str:
+    """What a corpus' image lists are made from: the SHA-256 of its reading settings (the
+    declaration without its folder) and of its source manifest's text. Rule ``corpus_images``
+    writes it beside the lists; :func:`refresh_image_lists` compares it at each parse."""
+    import hashlib
+
+    from pseudopairs.data.corpora import reading_settings
+
+    name = "corpus"
+    settings = reading_settings({"corpora": {name: declaration}}, name)
+    text = json.dumps(settings, sort_keys=True) + "\n" + Path(source).read_text(encoding="utf-8")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest() + "\n"
+
+
+def write_image_lists(tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]], outputs: Sequence[str]) -> list[str]:
+    """Each split's image list, rewritten only where its content changed (an unchanged list keeps
+    its modification time, so its features do not rerun); returns the lists rewritten."""
+    return [out for split, out in zip(SPLITS, outputs) if write_parquet_if_changed(out, tables[split][1])]
+
+
+def refresh_image_lists(config: dict, name: str) -> list[str] | None:
+    """Bring a generic corpus' image lists up to date before the DAG is built (main process): when
+    its source manifest or reading settings changed since the lists were made (their key), the
+    corpus is read again and each list rewritten only if its content changed. So an edited
+    caption reruns the caption side only (rule ``read_corpus``), while an added or moved image
+    makes its split's list newer and reruns its features. None when there is nothing to refresh
+    (no lists yet: rule ``corpus_images`` makes them) or the corpus cannot be read (its
+    ``read_corpus`` job says why)."""
+    from pseudopairs import layout
+    from pseudopairs.data.corpora import declaration, image_root
+
+    key_path = Path(layout.corpus_images_key(name))
+    source = Path(layout.corpus_source(name))
+    lists = [layout.images(name, split) for split in SPLITS]
+    if not (key_path.is_file() and source.is_file() and all(Path(p).is_file() for p in lists)):
+        return None
+    entry = declaration(config, name)
+    key = images_key(entry, source)
+    if key_path.read_text(encoding="utf-8") == key:
+        return []
+    try:
+        tables = read_corpus(name, entry, image_root(config, name))
+    except (OSError, ValueError):
+        return None
+    rewritten = write_image_lists(tables, lists)
+    write_text_atomic(key_path, key)
+    return rewritten
+
+
 def _cmd_read_corpus(args) -> int:
+    if not args.captions_out and not args.images_out:
+        raise ValueError("read-corpus: give --captions-out, --images-out or both")
     tables = read_corpus(args.corpus, args.declaration, args.root)
-    for split, captions_out, images_out in zip(SPLITS, args.captions_out, args.images_out):
+    for split, captions_out in zip(SPLITS, args.captions_out or []):
         captions, images = tables[split]
-        write_parquet_atomic(captions_out, captions)
-        write_parquet_atomic(images_out, images)
-        log.info("%s %s: %d captions of %d images (%s)", args.corpus, split, len(captions), len(images),
-                 ",".join(captions["lang"].unique()))
+        changed = "written" if write_parquet_if_changed(captions_out, captions) else "unchanged"
+        log.info("%s %s: %d captions of %d images (%s), %s", args.corpus, split, len(captions),
+                 len(images), ",".join(captions["lang"].unique()), changed)
+    if args.images_out:
+        rewritten = write_image_lists(tables, args.images_out)
+        log.info("%s: image lists rewritten: %s", args.corpus, ", ".join(rewritten) or "none")
+    if args.images_key:
+        write_text_atomic(args.images_key, images_key(args.declaration, args.source))
     return 0
 
 
@@ -430,10 +486,13 @@ def register_cli(subparsers) -> None:
     p.add_argument("--corpus", required=True, help="the corpus' name (the tables' dataset column)")
     commands.add_json(p, "--declaration", "the corpus' entry of the config's corpora section")
     p.add_argument("--root", required=True, help="its folder (imagefolder root, the shards' folder)")
-    p.add_argument("--captions-out", nargs=len(SPLITS), required=True, metavar="PARQUET",
-                   help=f"raw caption tables of {', '.join(SPLITS)}")
-    p.add_argument("--images-out", nargs=len(SPLITS), required=True, metavar="PARQUET",
-                   help=f"image lists of {', '.join(SPLITS)}")
+    p.add_argument("--captions-out", nargs=len(SPLITS), metavar="PARQUET",
+                   help=f"raw caption tables of {', '.join(SPLITS)} (each rewritten only when it changes)")
+    p.add_argument("--images-out", nargs=len(SPLITS), metavar="PARQUET",
+                   help=f"image lists of {', '.join(SPLITS)} (each rewritten only when it changes)")
+    p.add_argument("--images-key", default=None, metavar="FILE",
+                   help="write here what the image lists were made from (needs --source)")
+    p.add_argument("--source", default=None, help="the corpus' source manifest (corpus-source)")
 
     p = commands.add_command(subparsers, "corpus-source", _cmd_corpus_source)
     p.add_argument("--corpus", required=True, help="the corpus' name")

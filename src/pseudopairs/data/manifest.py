@@ -171,12 +171,18 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def refresh_manifest(images: str | os.PathLike, output: str | os.PathLike,
-                     root: str | os.PathLike | None = None) -> bool | None:
+                     root: str | os.PathLike | None = None) -> bool | dict[str, Any] | None:
     """Bring an image list's manifest ``output`` up to date, if both exist (before they do, rule
-    ``image_manifest`` makes it); True = rewritten, False = unchanged, None = skipped."""
+    ``image_manifest`` makes it); True = rewritten, False = unchanged, None = skipped. A manifest
+    that would name missing files is not written (nor its stamps): a dry run refused for them
+    leaves every file as it was, so pointing back at the complete folder reruns nothing; that
+    manifest is returned instead, for the refusal to name its files."""
     if not (Path(images).is_file() and Path(output).is_file()):
         return None
-    return write_manifest(output, *image_manifest(images, root, previous=output))
+    manifest, stamps = image_manifest(images, root, previous=output)
+    if missing(manifest):
+        return manifest
+    return write_manifest(output, manifest, stamps)
 
 
 def refresh_source(names: Iterable[str], output: str | os.PathLike, root: str | os.PathLike) -> bool | None:

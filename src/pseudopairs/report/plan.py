@@ -25,6 +25,8 @@ CHECKPOINT_MB = 58
 #: is layered on, extra --configfile YAML or None).
 PLANS = {
     "paper": ((), True, None),                         # rule all of config/paper.yaml
+    # the same without the calibration: what every job asked before (resources.runtime / mem_mb)
+    "paper.uncalibrated": ((), True, "resources: {calibration: null}\n"),
     "demo.table5": (("results/table5.csv",), False, None),
     "demo": ((), False, None),                          # rule all of the demo
 }
@@ -46,7 +48,9 @@ def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
     ``gpu_jobs`` (jobs asking for a GPU) and ``gpu_submissions`` (what reaches a GPU queue: a
     group job once, with its members); the jobs of ``mine``, ``features``, ``translate`` (the
     translations, CLC's and the augmented sets' included) and ``evaluate_clc``; ``model_disk_gb`` (models ×
-    :data:`CHECKPOINT_MB`, rounded)."""
+    :data:`CHECKPOINT_MB`, rounded); ``gpu_hours`` (first-attempt walltime × GPUs of every GPU job,
+    rounded); ``stack_of_N_minutes`` / ``stack_of_N_mem_mb`` (what a stack group job of N models asks
+    SLURM on its first attempt: its members' walltimes added up, their largest memory)."""
     jobs = listed_jobs(output)
     checkpoints = {path for job in jobs for path in job["outputs"] if path.endswith("/checkpoint.pt")}
     gpu = [job for job in jobs if int(job.get("gpu", 0) or 0) > 0]
@@ -64,9 +68,18 @@ def plan_facts(output: str, *, prefix: str) -> dict[str, int]:
         "evaluate_clc": sum(job["rule"] == "evaluate_clc" for job in jobs),
         "model_disk_gb": round(len(checkpoints) * CHECKPOINT_MB / 1000),
     }
+    minutes = sum(int(job["runtime"]) * int(job.get("gpu", 0) or 0) for job in gpu)
+    facts["gpu_hours"] = round(minutes / 60)
     for job in stacks:
         size = sum(path.endswith("/checkpoint.pt") for path in job["outputs"])
         facts[f"stacks_of_{size}"] = facts.get(f"stacks_of_{size}", 0) + 1
+        members = [other for other in jobs if job["group"] and other["group"] == job["group"]] or [job]
+        # what the stack's group job asks SLURM on its first attempt: its members' walltimes added
+        # up, the largest memory of them (the most any stack of that size asks)
+        group_minutes = sum(int(member["runtime"]) for member in members)
+        group_mem = max(int(member["mem_mb"]) for member in members)
+        facts[f"stack_of_{size}_minutes"] = max(facts.get(f"stack_of_{size}_minutes", 0), group_minutes)
+        facts[f"stack_of_{size}_mem_mb"] = max(facts.get(f"stack_of_{size}_mem_mb", 0), group_mem)
     return {f"{prefix}.{name}": value for name, value in facts.items()}
 
 

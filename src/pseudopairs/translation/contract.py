@@ -7,6 +7,7 @@ OpenNMT-py; any ``translation.models.NAME``: a local path or a checksummed downl
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pseudopairs import layout
@@ -135,13 +136,58 @@ def model_download(config: dict, name: str) -> dict[str, Any]:
 
 def model_location(config: dict, name: str) -> str:
     """Model ``name``'s folder (or file) as ``convert-mt --spec`` reads it: its local ``path``
-    or its extracted download; a Snakemake input of the conversion."""
+    or its extracted download."""
     decl = M.declarations(config)[name]
     return layout.translation_named_extracted(name) if decl.get("url") else decl["path"]
 
 
+def conversion_input(config: dict, name: str) -> str:
+    """What the conversion of model ``name`` depends on: a local folder's manifest
+    (:func:`refresh_model_manifests`; so a weight file rewritten in place reconverts and a moved
+    folder reconverts nothing), or the extracted download (or the missing path, which Snakemake
+    then names)."""
+    decl = M.declarations(config)[name]
+    if decl.get("url") or not Path(decl["path"]).exists():
+        return model_location(config, name)
+    return layout.translation_model_source(name)
+
+
+def model_files(path: Path) -> tuple[Path, list[str]]:
+    """(root, names): the files of a model folder (recursively, hidden ones left out), relative to
+    it, sorted; a model given as one file is that file in its folder."""
+    if path.is_file():
+        return path.parent, [path.name]
+    names = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    return path, names
+
+
+def refresh_model_manifests(config: dict) -> list[str]:
+    """Write (or bring up to date) the manifest of every declared local model that is there,
+    before the DAG is built: rewritten only when a file's content changed (hashing only files
+    whose size or time changed since: the stamps). Returns the manifests rewritten."""
+    from pseudopairs.data.manifest import file_manifest, write_manifest
+
+    rewritten = []
+    for name, decl in M.declarations(config).items():
+        path = None if decl.get("url") else Path(decl["path"])
+        if path is None or not path.exists():
+            continue
+        root, names = model_files(path)
+        output = layout.translation_model_source(name)
+        if write_manifest(output, *file_manifest(names, root, previous=output)):
+            rewritten.append(output)
+    return rewritten
+
+
 def convert_spec(config: dict, name: str) -> dict[str, Any]:
     return M.convert_spec(config, name, model_path=model_location(config, name))
+
+
+def conversion_settings(config: dict, name: str) -> dict[str, Any]:
+    """What a conversion depends on besides the model's files: its spec without the folder (a
+    moved folder reconverts nothing)."""
+    return {k: v for k, v in convert_spec(config, name).items() if k != "path"}
 
 
 def fetch_inputs(config: dict) -> list[str]:
@@ -205,9 +251,14 @@ def check(config: dict) -> list[str]:
         messages += _model_source_errors(config, model)
     for settings, values in ((TranslationTrainSettings, section["train"]), (TranslateSection, section["translate"])):
         try:
-            settings.from_dict(values)
+            checked = settings.from_dict(values)
         except (ValueError, TypeError) as err:
             key, _, why = str(err).partition(": ")
+            messages.append(f"config key '{key}': {why}")
+            continue
+        problem = checked.warmup_problem() if isinstance(checked, TranslationTrainSettings) else None
+        if problem:
+            key, _, why = problem.partition(": ")
             messages.append(f"config key '{key}': {why}")
     return messages
 

@@ -110,9 +110,13 @@ def _tokenizer_pair(spec: dict, folder: Path, defaults: tuple[str, ...]) -> tupl
         names = default.split("+")
         if all((folder / n).is_file() for n in names):
             return folder / names[0], folder / names[-1]
+    from pseudopairs.translation.models import FILE_KEYS
+
+    keys = FILE_KEYS.get(spec.get("format"), ("tokenizer",))
+    where = (f"{spec['key']}.files.tokenizer" if "tokenizer" in keys else
+             f"{spec['key']}.files.source_tokenizer (and target_tokenizer when the target's differs)")
     raise FileNotFoundError(f"{spec['key']}: no SentencePiece model in {folder} (looked for "
-                            f"{', '.join(d.replace('+', ' + ') for d in defaults)}); name it in "
-                            f"{spec['key']}.files.tokenizer")
+                            f"{', '.join(d.replace('+', ' + ') for d in defaults)}); name it in {where}")
 
 
 def _stage_tokenizers(tmp: Path, source: Path, target: Path) -> dict[str, str]:
@@ -232,11 +236,30 @@ def _convert_transformers(spec: dict, path: Path, tmp: Path) -> Staged:
         raise ValueError(f"{spec['key']}.family: declared {spec['family']!r}, but {path} is a {family} model")
     default = ("source.spm+target.spm",) if family == "marian" else ("sentencepiece.bpe.model",)
     source, target = _tokenizer_pair(spec, path, default)
+    own_files = {"marian": "source.spm and target.spm", "m2m100": "sentencepiece.bpe.model and vocab.json"}.get(
+        family, "sentencepiece.bpe.model")
+    unloadable = (f"the transformers format loads the model's own tokenizer from the folder, under its "
+                  f"Hugging Face file names ({own_files}): put them there (files.source_tokenizer only names "
+                  "the SentencePiece model this pipeline encodes with)")
     try:
         TransformersConverter(str(path)).convert(str(tmp), quantization=_quantization(spec), force=True)
+    except (AttributeError, TypeError) as err:   # a tokenizer file the library expects is absent
+        raise ValueError(f"{path}: CTranslate2's Transformers converter cannot load its tokenizer "
+                         f"({type(err).__name__}: {err}); {unloadable}") from err
     except (ValueError, KeyError, OSError, NotImplementedError) as err:
-        raise ValueError(f"{path}: CTranslate2's Transformers converter refused it: {type(err).__name__}: {err}") from err
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+        fix = ""
+        if family in MULTILINGUAL_FAMILIES and "expected a vocabulary of size" in str(err):
+            fix = (f"; the tokenizer saved in {path} has fewer entries than the model's embeddings: a "
+                   f"{family} tokenizer saved without its language tokens (such as "
+                   f"{language_token(family, 'en' if family == 'm2m100' else 'eng_Latn')!r}); save the "
+                   "model's own tokenizer files, language tokens included, in the folder and convert again")
+        raise ValueError(f"{path}: CTranslate2's Transformers converter refused it: {type(err).__name__}: "
+                         f"{err}{fix}") from err
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+    except (AttributeError, TypeError, OSError, ValueError) as err:
+        raise ValueError(f"{path}: the model's tokenizer cannot be loaded ({type(err).__name__}: {err}); "
+                         f"{unloadable}") from err
     vocab, _ = read_vocabularies(tmp)
     spm = SentencePieceTokenizer(source)
     unk = tokenizer.unk_token
@@ -364,9 +387,14 @@ def _languages(spec: dict, family: str, source_vocab: list[str], target_vocab: l
         token = language_token(family, code)
         if token not in vocab:
             shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+            fix = "" if known else (
+                f"; its vocabulary has no language token at all, so its tokenizer was saved without "
+                f"them: save the model's own tokenizer files (with its language tokens such as "
+                f"{language_token(family, 'en' if family == 'm2m100' else 'eng_Latn')!r}) in {where} "
+                "and convert again")
             raise ValueError(f"{spec['key']}.languages.{lang}: {code!r} is not a language of this {family} "
                              f"model ({where}: no token {token!r} in its vocabulary; it knows "
-                             f"{len(known)} language token(s){': ' + shown if known else ''})")
+                             f"{len(known)} language token(s){': ' + shown if known else ''}){fix}")
         out[lang] = token
     return out
 

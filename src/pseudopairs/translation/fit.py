@@ -13,6 +13,7 @@ with the same thread count).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -25,6 +26,8 @@ from pseudopairs.translation.settings import TranslationTrainSettings
 from pseudopairs.translation.transformer import (PAD_ID, Seq2SeqTransformer, TransformerShape,
                                                  evaluate_nll, inverse_sqrt_lr, length_batches,
                                                  pad_batch)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,6 +113,11 @@ def train_transformer(train_src, train_tgt, *, valid_src, valid_tgt, shape: Tran
     per_epoch = len(length_batches(src_lengths, tgt_lengths, batch_tokens=s.batch_tokens,
                                    rng=np.random.default_rng(s.seed)))
     planned = per_epoch * s.epochs if s.max_steps is None else min(per_epoch * s.epochs, s.max_steps)
+    if planned <= s.warmup_steps:
+        logger.warning("translation.train.warmup_steps (%d) >= the %d updates this run makes (%d per epoch x "
+                    "epochs %d%s): the learning rate never reaches translation.train.lr (%g); lower "
+                    "warmup_steps or train longer", s.warmup_steps, planned, per_epoch, s.epochs,
+                    "" if s.max_steps is None else f", max_steps {s.max_steps}", s.lr)
     loop = LoopState(epoch_rng=rng.bit_generator.state)
     if resume is not None:
         model.load_state_dict(resume["model"])

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pseudopairs.settings import Settings, SettingsError, setting
+from pseudopairs.settings import Settings, SettingsError, language_hint, setting
 from pseudopairs.translation.settings import QUANTIZATIONS
 
 #: Where a model comes from, in the form it is stored in.
@@ -181,7 +181,7 @@ class ModelDeclaration(Settings):
         for lang in [*pair, *(self.languages or {})]:
             if lang is not None and not _LANG.match(lang):
                 raise SettingsError(f"{self.SECTION}: {lang!r} is not a language of the pipeline "
-                                    "(two lowercase letters)")
+                                    f"(a two-letter ISO 639-1 code such as fr){language_hint(lang)}")
         if self.languages is None and self.source_lang == self.target_lang:
             raise self.bad("target_lang", "must differ from source_lang")
 

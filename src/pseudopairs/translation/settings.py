@@ -102,6 +102,16 @@ class TranslationTrainSettings(Settings):
         if self.d_model % self.heads:
             raise self.bad("heads", f"must divide translation.train.d_model ({self.d_model})")
 
+    def warmup_problem(self) -> str | None:
+        """Why a config's run would never reach its learning rate (``warmup_steps`` ≥
+        ``max_steps``), naming the keys; the config check refuses it (a run whose epochs make
+        fewer updates than the warm-up is warned about when it starts: :mod:`.fit`)."""
+        if self.max_steps is None or self.warmup_steps < self.max_steps:
+            return None
+        return (f"{self.SECTION}.warmup_steps: must be below translation.train.max_steps ({self.max_steps}): "
+                "the learning rate rises for warmup_steps updates, so the run would stop before it "
+                f"reaches translation.train.lr; e.g. warmup_steps: {self.max_steps // 10} (got {self.warmup_steps})")
+
 
 @dataclass(frozen=True)
 class TranslateSettings(Settings):

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import CAPTION_COLUMNS, read_captions, write_json_atomic, write_parquet_atomic
+from pseudopairs.io import (CAPTION_COLUMNS, MAX_EMPTY_CAPTION_SHARE, read_captions, write_json_atomic,
+                            write_parquet_atomic)
 from pseudopairs.translation.chunks import (ChunkResult, _read_chunk, _source_digest, _write_chunk,
                                             remove_chunks, translation_fingerprint)
 from pseudopairs.translation.convert import ModelDir, open_model_dir
@@ -143,10 +144,17 @@ def translate_texts(translator, model: ModelDir, texts: Sequence[str], *, settin
     return translations, stats
 
 
+def empty_translations(texts: Sequence[str], translations: Sequence[str]) -> list[int]:
+    """The rows whose input has text but whose translation has none (whitespace only)."""
+    return [i for i, (text, out) in enumerate(zip(texts, translations)) if text.strip() and not out.strip()]
+
+
 @dataclass
 class TranslationRun:
     rows: int
-    empty: int
+    empty: int            # empty inputs (translated to "" without reaching the model)
+    empty_output: int     # non-empty inputs whose translation is empty once the special and
+                          # language tokens are dropped
     truncated: int
     target_tokens: int
     computed_chunks: int
@@ -330,7 +338,8 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
     ordered = [chunks[k] for k in range(len(bounds))]
     raw = [t for c in ordered for t in c.raw]
     text = [t for c in ordered for t in c.text]
-    run = TranslationRun(rows=len(source.texts), empty=sum(c.empty for c in ordered),
+    lost = empty_translations(source.texts, raw)
+    run = TranslationRun(rows=len(source.texts), empty=sum(c.empty for c in ordered), empty_output=len(lost),
                          truncated=sum(c.truncated for c in ordered),
                          target_tokens=sum(c.target_tokens for c in ordered),
                          computed_chunks=len(pending), reused_chunks=reused,
@@ -340,6 +349,12 @@ def translate_captions(captions: str | os.PathLike, output: str | os.PathLike, *
         log.warning("%d sentence(s) longer than translation.translate.max_input_tokens=%d subword "
                     "tokens were truncated before translation (first: %s)",
                     run.truncated, settings.max_input_tokens, source.describe(first))
+    if lost:
+        log.warning("%d of %d translations are empty once the model's special and language tokens "
+                    "are dropped (first: %s); they are kept as empty captions (a model trains on one "
+                    "as a single padding step), and a table with more than %s of its captions empty "
+                    "is refused where it is read: check the model and its language codes",
+                    len(lost), run.rows, source.describe(lost[0]), f"{MAX_EMPTY_CAPTION_SHARE:.0%}")
     write_json_atomic(sidecar, {
         "model_id": model.model_id, "model_dir": str(model.path), "model": model.info,
         "captions": str(captions), "input": "table" if table else "text", "output": str(output),
@@ -469,7 +484,8 @@ def _cmd_translate_captions(args: argparse.Namespace) -> int:
                              tokenizer=tokenizers.get(args.target_lang), chunk_dir=args.chunk_dir,
                              sidecar=args.sidecar, command=_command_line(),
                              progress=not args.no_progress)
-    print(f"translate-captions: {run.rows} sentences ({run.empty} empty, {run.truncated} truncated) "
+    print(f"translate-captions: {run.rows} sentences ({run.empty} empty, {run.empty_output} translated to "
+          f"nothing, {run.truncated} truncated) "
           f"-> {args.output}")
     return 0
 
