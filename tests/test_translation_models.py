@@ -543,7 +543,4 @@ def test_an_unused_default_model_is_not_checked():
     config["datasets"]["coco.de-mt"]["translation_model"] = "nllb"
     config["tables"] = {k: v for k, v in config["tables"].items() if not any(r.get("clc") for r in v.get("rows", []))}
     config["paper_data"]["flickr30k_images"] = "/data/flickr30k"
-    try:
-        check_config(config)
-    except ConfigError as err:
-        assert "translation.model" not in str(err), str(err)
+    check_config(config)  # accepted: refused for any reason, this test fails
