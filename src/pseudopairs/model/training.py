@@ -232,7 +232,8 @@ def _build_model(spec: dict, settings: RunSettings, *, vocab, image_dim: int, c2
                              "text_init (the pretrain_hem step's initial rows)")
         text_init = read_hem_init(spec["text_init"], vocab)
         options = {"rows": int(text_init["weight"].shape[0]),
-                   "row_dim": int(text_init["weight"].shape[1])}
+                   "row_dim": int(text_init["weight"].shape[1]),
+                   "pretraining_parameters": int(text_init.pop("pretraining_parameters"))}
     model = RankingModel(len(vocab), embedding_dim=dims.embedding_dim,
                          joint_dim=dims.joint_dim, image_dim=image_dim,
                          image_normalization=dims.image_normalization,
