@@ -90,6 +90,19 @@ def test_points_are_the_mean_over_languages_and_seeds(tmp_path):
     assert math.isnan(ref["mean_recall_mean"])
 
 
+def test_points_read_each_language_from_its_own_test_set(tmp_path):
+    """``retrieval_keys`` (002's Table 2: En and De on test 2016's five captions per image): a
+    point's mR takes English from ``retrieval`` and German from ``portion_retrieval`` here."""
+    spec = _spec(tmp_path, reference=False)
+    for seed, path in spec["metrics"]["gru"].items():
+        data = json.loads(open(path).read())
+        data["retrieval"] = {"en": {"mean_recall": 80.0}}
+        open(path, "w").write(json.dumps(data))
+    spec["retrieval_keys"] = {"en": "retrieval", "de": "portion_retrieval"}
+    rows = parameters_table({**spec, "rows": [r for r in spec["rows"] if r["experiment"] == "gru"]}).set_index("label")
+    assert rows.loc["GRU", "mean_recall_mean"] == pytest.approx((80.0 + 20.0) / 2)
+
+
 def test_the_reference_checks_the_vocabulary_against_the_recorded_count(tmp_path):
     spec = _spec(tmp_path)
     spec["reference"]["row_dim"] = 8

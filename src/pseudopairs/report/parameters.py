@@ -63,11 +63,13 @@ def _parameters(metrics: dict, path, key: str) -> int:
                          "counts were recorded: evaluate the model again)") from None
 
 
-def _seed_mean_recall(metrics: dict, path, langs: list[str], key: str) -> float:
+def _seed_mean_recall(metrics: dict, path, keys: dict[str, str]) -> float:
+    """The mean over the languages of ``keys`` (language -> the metrics.json test set it is read
+    from) of each language's mR."""
     from pseudopairs.report.tables import _mean_recall
 
     values = []
-    for lang in langs:
+    for lang, key in keys.items():
         try:
             values.append(_mean_recall(metrics[key][lang]))
         except KeyError:
@@ -131,6 +133,7 @@ def parameters_table(spec: dict) -> pd.DataFrame:
     from pseudopairs.report.tables import RETRIEVAL_COLUMNS, read_runs, summarise
 
     langs, key = list(spec["langs"]), spec.get("retrieval_key", "retrieval")
+    keys = {lang: spec.get("retrieval_keys", {}).get(lang, key) for lang in langs}
     columns = list(spec.get("columns") or RETRIEVAL_COLUMNS)
     loaded = {name: {seed: {"path": path, "data": data} for (seed, path), data
                      in zip(by_seed.items(), read_runs(by_seed, name, what="metrics", job="evaluate"))}
@@ -144,7 +147,7 @@ def parameters_table(spec: dict) -> pd.DataFrame:
         trainable = [float(_parameters(r["data"], r["path"], "trainable")) for r in runs.values()]
         embedding = [float(_parameters(r["data"], r["path"], "text_embedding")) for r in runs.values()]
         pretraining = [float(_parameters(r["data"], r["path"], "pretraining")) for r in runs.values()]
-        recalls = [_seed_mean_recall(r["data"], r["path"], langs, key) for r in runs.values()]
+        recalls = [_seed_mean_recall(r["data"], r["path"], keys) for r in runs.values()]
         mean, std, n = summarise(recalls)
         records.append({"label": row["label"], "experiment": row["experiment"], "n": n,
                         "training_mean": summarise(training)[0],
