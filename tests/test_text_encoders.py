@@ -261,3 +261,41 @@ def test_a_hem_seed_block_trains_its_seeds_one_after_the_other(tmp_path, caplog)
     assert summaries[1]["best_score"] == alone["best_score"]
     assert torch.equal(torch.load(tmp_path / "seed2" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"],
                        torch.load(tmp_path / "alone" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"])
+
+
+def test_paper_002s_network_trains_saves_and_counts(tmp_path):
+    """002's rows (``image_layers: 2``, ``text_projection: true``; config/experiments.yaml) train,
+    save and evaluate that network: the checkpoint rebuilds it, and metrics.json counts the two
+    image layers (24·24 + 24, then 24·24 + 24: the width between them defaults to joint_dim) and
+    the text layer (24·24 + 24) besides what the one-layer HEM model has."""
+    spec, vocab, weight = _hem_world(tmp_path)
+    settings = {**SETTINGS, "text_encoder": "hem", "max_updates": 20, "image_layers": 2, "text_projection": True}
+    training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / "model", seed=1)
+    model, meta = checkpoints.load_model(tmp_path / "model" / "checkpoint.pt")
+    assert (meta["image_layers"], meta["image_hidden"], meta["text_projection"]) == (2, 24, True)
+    assert model.image_hidden_layer is not None and model.text_projection is not None
+
+    from pseudopairs.evaluation.step import evaluate_checkpoint
+    val_caps, val_feats = spec["validation"]["captions"], spec["validation"]["features"]
+    metrics = evaluate_checkpoint(
+        checkpoint=str(tmp_path / "model" / "checkpoint.pt"), vocab_path=str(tmp_path / "model" / "vocab.json"),
+        spec={"captions": val_caps, "features": val_feats, "langs": ["en", "de"]})
+    rows = len(weight) * 5 + 5 * 12 + 12
+    gru = 3 * (24 * 12 + 24 * 24 + 24 + 24)
+    image = 2 * (24 * 24 + 24)
+    text = 24 * 24 + 24
+    assert metrics["parameters"]["trainable"] == rows + gru + image + text
+
+
+def test_the_batched_stack_refuses_002s_branches():
+    """The batched model has one affine image layer and no text layer: runs with 002's branches
+    train one after the other, and the reason says so; papers 000/004's settings still batch."""
+    from pseudopairs.model.job import RunSettings
+    from pseudopairs.model.stack import stack_supported
+
+    def why(**model):
+        return stack_supported(RunSettings.from_dict(run_settings({**SETTINGS, **model})))
+
+    assert why() is None
+    assert why(image_layers=2) == why(text_projection=True) == (
+        "image_layers 2 or text_projection (the batched model implements one image layer and no text layer)")

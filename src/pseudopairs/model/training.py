@@ -238,7 +238,8 @@ def _build_model(spec: dict, settings: RunSettings, *, vocab, image_dim: int, c2
                          joint_dim=dims.joint_dim, image_dim=image_dim,
                          image_normalization=dims.image_normalization,
                          similarity=settings.training.similarity, text_encoder=encoder,
-                         text_options=options)
+                         text_options=options, image_layers=dims.image_layers,
+                         image_hidden=dims.image_hidden, text_projection=dims.text_projection)
     if text_init is not None:
         model.set_text_embedding(**text_init)
     if dims.image_normalization == "standardize":
