@@ -71,8 +71,10 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bare_forward_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, device) -> float:
-    """images/s of model(x) alone over preprocessed, normalised batches already on the device."""
+def bare_forward_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, device) -> tuple[float, int]:
+    """images/s of model(x) alone over preprocessed, normalised batches already on the device, and
+    the torch thread count the timed forward actually ran with (observed inside the timed loop, so
+    the label printed beside a rate is the count that produced it)."""
     amp = N.autocast_dtype(device)
     batches = []
     paths = frame["path"].tolist()
@@ -84,13 +86,16 @@ def bare_forward_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, d
     with torch.inference_mode():
         synchronize(device)
         start = time.perf_counter()
+        used = set()
         for x in batches:
+            used.add(torch.get_num_threads())
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 y = model(x)
         synchronize(device)
         elapsed = time.perf_counter() - start
     assert y.shape[1] == N.FEATURE_DIM
-    return len(paths) / elapsed
+    [threads] = used
+    return len(paths) / elapsed, threads
 
 
 def pipeline_rate(model, frame: pd.DataFrame, settings: F.FeatureSettings, shard_dir: Path) -> float:
@@ -121,7 +126,7 @@ def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.Feature
     torch.set_num_threads(threads)
     on_cpu = device.type == "cpu"
 
-    def bare_at_default_threads(rows: pd.DataFrame) -> float:
+    def bare_at_default_threads(rows: pd.DataFrame) -> tuple[float, int]:
         torch.set_num_threads(default_threads)
         try:
             return bare_forward_rate(model, rows, settings, device)
@@ -135,16 +140,21 @@ def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.Feature
     if on_cpu:
         bare_at_default_threads(warm)
     pipe, bare, bare_default = [], [], []
+    bare_used, default_used = set(), set()  # the thread counts the two bare forwards ran with
     for _ in range(repeats):  # interleaved, so background load hits them alike
-        bare.append(bare_forward_rate(model, frame, settings, device))
+        rate, used = bare_forward_rate(model, frame, settings, device)
+        bare.append(rate)
+        bare_used.add(used)
         if on_cpu:
-            bare_default.append(bare_at_default_threads(frame))
+            rate, used = bare_at_default_threads(frame)
+            bare_default.append(rate)
+            default_used.add(used)
         pipe.append(pipeline_rate(model, frame, settings, tmp / "shards"))
     row = {
         "label": label, "device": str(device), "images": count, "format": fmt, "image_size": size,
         "decode": settings.decode,
         "resize": settings.resize, "crop": settings.crop, "batch_size": settings.batch_size,
-        "workers": settings.workers, "torch_threads": threads,
+        "workers": settings.workers, "torch_threads": threads, "bare_threads_observed": sorted(bare_used),
         "amp": str(N.autocast_dtype(device)), "pipeline_img_s": max(pipe), "bare_img_s": max(bare),
     }
     row["ratio"] = row["pipeline_img_s"] / row["bare_img_s"]
@@ -155,6 +165,7 @@ def measure(label: str, *, tmp: Path, count: int, size: int, settings: F.Feature
           f"{row['bare_img_s']:.1f} img/s, ratio {row['ratio']:.3f}", flush=True)
     if on_cpu:
         row["default_threads"] = default_threads
+        row["bare_default_threads_observed"] = sorted(default_used)
         row["bare_default_threads_img_s"] = max(bare_default)
         row["ratio_vs_default_threads"] = row["pipeline_img_s"] / row["bare_default_threads_img_s"]
         print(f"[{label}] bare forward at torch's default {default_threads} threads "

@@ -202,7 +202,7 @@ def test_a_failed_step_says_why_on_the_console(tmp_path):
 
 
 TRACKED = """
-import contextlib, io, json, sys
+import json, sys
 from pathlib import Path
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
@@ -210,12 +210,12 @@ repo, work, target, *files = sys.argv[1:]
 with SnakemakeApi(OutputSettings()) as api:
     wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=Path(repo) / "Snakefile",
                       config_settings=ConfigSettings(configfiles=[Path(f) for f in files]), workdir=Path(work))
-    with contextlib.redirect_stdout(io.StringIO()):
-        try:
-            wf.dag(DAGSettings(targets={target})).printdag()
-        except TypeError:
-            pass
-    jobs = wf._workflow.dag.jobs
+    wf.dag(DAGSettings(targets={target}))  # hands the DAG settings to the workflow
+    workflow = wf._workflow
+    # what printdag does before printing (its print fails on this Snakemake); any error stops here
+    workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True)
+    workflow._build_dag()
+    jobs = workflow.dag.jobs
     print(json.dumps({f"{j.rule.name}:{j.output[0]}": [str(p) for p in j.non_derived_params] for j in jobs}))
 """
 
@@ -251,6 +251,9 @@ def test_no_tracked_parameter_of_any_job_names_a_corpus_folder(tmp_path, configf
     readers = [job for job in tracked if job.split(":")[0] in ("features", "read_corpus", "corpus_source",
                                                              "image_manifest", "read_multi30k_task2")]
     assert readers, sorted(tracked)[:5]
+    # the whole DAG down to the images: the target and a features job of each split read
+    assert any(job.endswith(target) for job in tracked), sorted(tracked)[:5]
+    assert len([job for job in readers if job.startswith("features:")]) >= 3, sorted(readers)
     assert not [(job, p) for job, params in tracked.items() for p in params if "corpus-folder" in p]
 
 

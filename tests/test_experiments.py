@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from pseudopairs import experiments as ex
-from pseudopairs.config import check_config, load_config
+from pseudopairs.config import ConfigError, check_config, load_config
 from pseudopairs.data import contract as data_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.mining import contract as mining_contract
@@ -207,6 +207,21 @@ def test_tables_name_seed_lists_that_a_layered_config_changes_once():
         check_config(bad)
 
 
+def test_a_per_language_test_corpus_is_checked():
+    bad = copy.deepcopy(demo())
+    bad["tables"]["table_smalr2"]["lang_test_corpora"] = {"en": "coco", "it": "m30k"}
+    with pytest.raises(ConfigError) as err:
+        check_config(bad)
+    assert "config key 'tables.table_smalr2.lang_test_corpora.it': not one of the table's langs" in str(err.value)
+    assert ("config key 'tables.table_smalr2.lang_test_corpora.en': 'coco' is neither the evaluation corpus "
+            "'m30k' nor the translation corpus 'm30k_task1'") in str(err.value)
+    bad = copy.deepcopy(demo())
+    bad["tables"]["table_smalr2"]["lang_test_corpora"] = {"fr": "m30k"}     # no French there
+    with pytest.raises(ConfigError, match=r"tables.table_smalr2.langs.2': models are not tested in 'fr' "
+                                          r"on corpus 'm30k' \(languages there: en, de\)"):
+        check_config(bad)
+
+
 def test_tables_average_over_their_own_seeds():
     """The demo's 004 tables use two seeds, the method check's tables five, the others the
     config's three; a model several tables show is trained for the union."""
@@ -218,6 +233,14 @@ def test_tables_average_over_their_own_seeds():
                                        "2": "results/models/t_de/seed2/metrics.json"}
     assert "retrieval_key" not in spec                                      # the comparable test
     assert report_contract.table_spec(config, "table_lessons6")["retrieval_key"] == "portion_retrieval"
+    assert "retrieval_keys" not in report_contract.table_spec(config, "table_lessons6")
+    # 002's Table 2 (and its Figure 3): En and De on test 2016's five captions per image, Fr and Cs
+    # on the translation portion's one (002 §4)
+    smalr2 = {"en": "retrieval", "de": "retrieval", "fr": "portion_retrieval", "cs": "portion_retrieval"}
+    assert report_contract.table_spec(config, "table_smalr2")["retrieval_keys"] == smalr2
+    assert report_contract.parameters_figure_spec(config, "smalr_params")["retrieval_keys"] == smalr2
+    assert [ex.table_lang_test_corpus(config, "table_smalr2", lang) for lang in ("en", "de", "fr", "cs")] == \
+        ["m30k", "m30k", "m30k_task1", "m30k_task1"]
     assert ex.table_experiments(config, "table_lessons4") == ["t_en", "t_de", "t_en_de", "t_en_de_c2c",
                                                               "c1_en_de", "c1_en_de_c2c"]
     models = ex.shown_models(config)

@@ -560,6 +560,11 @@ def test_the_benchmark_prints_the_ratio_against_a_forward_at_torchs_default_thre
     assert run.returncode == 0, run.stderr[-3000:]
     [row] = json.loads(out_json.read_text())
     assert (row["torch_threads"], row["default_threads"]) == (1, 2)
+    # The labels are what the forwards actually ran with: the thread count observed inside each
+    # timed bare forward (a reference run at the pipeline's 1 thread while labelled "default 2"
+    # fails here).
+    assert row["bare_threads_observed"] == [1]
+    assert row["bare_default_threads_observed"] == [2]
     assert row["ratio"] == pytest.approx(row["pipeline_img_s"] / row["bare_img_s"])
     assert row["ratio_vs_default_threads"] == pytest.approx(row["pipeline_img_s"] / row["bare_default_threads_img_s"])
     assert f"ratio {row['ratio']:.3f}" in run.stdout

@@ -134,6 +134,40 @@ def test_image_encoding_accepts_float16_and_is_unit_norm():
 # Tokens, caption sets, c2c pairs
 
 
+def test_paper_002_branches_by_hand(tmp_path):
+    """``image_layers: 2`` and ``text_projection`` (paper 002's Embedding Network): the image branch
+    is layer, ReLU, layer; the text branch the GRU's final state through one more layer; both
+    written out here from the model's weights. Parameters: image 6·5 + 5 = 35 and 5·4 + 4 = 24 (a
+    hidden width of 5), embedding 5·3 = 15, GRU 108, text layer 4·4 + 4 = 20: 202 (the one-layer
+    model: 28 + 15 + 108 = 151); a checkpoint's config rebuilds the branches."""
+    from pseudopairs.model import checkpoints
+    from pseudopairs.model.text_encoders import parameter_counts
+
+    plain = RankingModel(5, embedding_dim=3, joint_dim=4, image_dim=6)
+    torch.manual_seed(0)
+    model = RankingModel(5, embedding_dim=3, joint_dim=4, image_dim=6, image_layers=2, image_hidden=5,
+                         text_projection=True)
+    assert parameter_counts(plain)["trainable"] == 151
+    assert parameter_counts(model)["trainable"] == 35 + 24 + 15 + 108 + 20 == 202
+    features = torch.randn(3, 6)
+    hidden = torch.relu(features @ model.image_hidden_layer.weight.t() + model.image_hidden_layer.bias)
+    image = hidden @ model.image_projection.weight.t() + model.image_projection.bias
+    assert torch.allclose(model.encode_images(features), torch.nn.functional.normalize(image, dim=1), atol=1e-6)
+    tokens, lengths = torch.tensor([[1, 2, 3], [4, 0, 0]]), torch.tensor([3, 1])
+    _, final = model.gru(model.embedding(tokens[:1]))              # the unpadded first caption
+    text = model.text_projection(final[-1])
+    assert torch.allclose(model.encode_captions(tokens, lengths)[:1], text / text.norm(dim=1, keepdim=True),
+                          atol=1e-6)
+    assert model.config()["image_layers"] == 2 and model.config()["text_projection"] is True
+    assert "image_layers" not in plain.config()                      # papers 000/004's models as before
+    path = tmp_path / "ckpt.pt"
+    torch.save({"format": checkpoints.CHECKPOINT_FORMAT, "model_state": model.state_dict(), **model.config()}, path)
+    loaded, _ = checkpoints.load_model(path)
+    assert torch.allclose(loaded.encode_images(features), model.encode_images(features))
+    with pytest.raises(ValueError, match="image_layers must be 1 or 2, got 3"):
+        RankingModel(5, embedding_dim=3, joint_dim=4, image_dim=6, image_layers=3)
+
+
 def test_token_table_pads_with_zero_and_keeps_lengths():
     table = TokenTable.from_lists([[5, 6], [], [7, 8, 9]])
     tokens, lengths = table.batch(np.array([2, 0, 1]))

@@ -18,13 +18,14 @@ from pseudopairs.report.parameters import CSV_COLUMNS, parameters_figure, parame
 from test_experiments import demo
 
 
-def _metrics(path, *, trainable, text_embedding, recalls, key="portion_retrieval", heads=0):
+def _metrics(path, *, trainable, text_embedding, recalls, key="portion_retrieval", heads=0, pretraining=0):
     """A metrics.json with ``recalls[lang]`` = its retrieval entry; ``heads``: parameters trained
-    besides the model's (``training`` = trainable + heads)."""
+    besides the model's; ``pretraining``: HEM's pretraining ones (``training`` = trainable + heads
+    + pretraining)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({key: recalls, "parameters": {
         "trainable": trainable, "total": trainable + 7, "text_embedding": text_embedding,
-        "training": trainable + heads}}))
+        "pretraining": pretraining, "training": trainable + heads + pretraining}}))
     return str(path)
 
 
@@ -47,10 +48,12 @@ def _spec(tmp_path, *, reference=True):
                    "2": _metrics(m / "la2.json", trainable=1000, text_embedding=100,
                                  recalls={"en": {"mean_recall": 60.0}, "de": {"mean_recall": 50.0}})},
             # hybrid embedding: (2 + 3 + 2) rows x 4 + a 4 -> 5 projection = 28 + 25 = 53
-            # SMALR-like: 300 parameters of training-only heads besides the model's 1053
-            "hem": {"1": _metrics(m / "hem1.json", trainable=1053, text_embedding=53, heads=300,
+            # SMALR-like: 300 parameters of training-only heads besides the model's 1053; HEM's
+            # pretraining: 3 latent tokens scored from 4-d rows (3·4 + 3 = 15) and the 1 of them
+            # dropped (4): 19
+            "hem": {"1": _metrics(m / "hem1.json", trainable=1053, text_embedding=53, heads=300, pretraining=19,
                                   recalls={"en": {"mean_recall": 70.0}, "de": {"mean_recall": 62.0}}),
-                    "2": _metrics(m / "hem2.json", trainable=1053, text_embedding=53, heads=300,
+                    "2": _metrics(m / "hem2.json", trainable=1053, text_embedding=53, heads=300, pretraining=19,
                                   recalls={"en": {"mean_recall": 68.0}, "de": {"mean_recall": 60.0}})},
             # one seed: no standard deviation; a parameter count that differs by seed is averaged
             "gru": {"1": _metrics(m / "gru1.json", trainable=5001, text_embedding=4000,
@@ -69,8 +72,9 @@ def test_points_are_the_mean_over_languages_and_seeds(tmp_path):
     rows = frame.set_index("label")
     assert rows.loc["LA", "trainable_mean"] == 1000 and rows.loc["LA", "n"] == 2
     assert rows.loc["LA", "training_mean"] == 1000                              # no heads
-    # trained: the model's 1053 and the heads' 300; kept at test time: the model's 1053
-    assert rows.loc["HEM", "training_mean"] == 1353 and rows.loc["HEM", "trainable_mean"] == 1053
+    # trained: the model's 1053, the heads' 300, the pretraining's 19; kept at test time: 1053
+    assert rows.loc["HEM", "training_mean"] == 1372 and rows.loc["HEM", "trainable_mean"] == 1053
+    assert rows.loc["HEM", "pretraining_mean"] == 19 and rows.loc["LA", "pretraining_mean"] == 0
     assert rows.loc["LA", "mean_recall_mean"] == pytest.approx(50.0)
     assert rows.loc["LA", "mean_recall_std"] == pytest.approx(math.sqrt(50.0))   # 45, 55: sd 7.07
     assert rows.loc["LA", "paper_mean_recall"] == pytest.approx((65.5 + 61.3) / 2)
@@ -80,10 +84,23 @@ def test_points_are_the_mean_over_languages_and_seeds(tmp_path):
     assert rows.loc["GRU", "n"] == 1 and math.isnan(rows.loc["GRU", "mean_recall_std"])
     assert rows.loc["GRU", "mean_recall_mean"] == 25.0 and bool(rows.loc["GRU", "beyond_paper"])
     # per-language embeddings: the HEM model's 1053 - 53 + (2 + 4 + 2) x 4 + 25 = 1057 kept at
-    # test time, 1353 - 53 + 57 = 1357 trained
+    # test time, 1372 - 19 (no HEM pretraining) - 53 + 57 = 1357 trained
     ref = rows.loc["per-language"]
     assert bool(ref["reference"]) and ref["trainable_mean"] == 1057 and ref["training_mean"] == 1357
     assert math.isnan(ref["mean_recall_mean"])
+
+
+def test_points_read_each_language_from_its_own_test_set(tmp_path):
+    """``retrieval_keys`` (002's Table 2: En and De on test 2016's five captions per image): a
+    point's mR takes English from ``retrieval`` and German from ``portion_retrieval`` here."""
+    spec = _spec(tmp_path, reference=False)
+    for seed, path in spec["metrics"]["gru"].items():
+        data = json.loads(open(path).read())
+        data["retrieval"] = {"en": {"mean_recall": 80.0}}
+        open(path, "w").write(json.dumps(data))
+    spec["retrieval_keys"] = {"en": "retrieval", "de": "portion_retrieval"}
+    rows = parameters_table({**spec, "rows": [r for r in spec["rows"] if r["experiment"] == "gru"]}).set_index("label")
+    assert rows.loc["GRU", "mean_recall_mean"] == pytest.approx((80.0 + 20.0) / 2)
 
 
 def test_the_reference_checks_the_vocabulary_against_the_recorded_count(tmp_path):
@@ -119,7 +136,7 @@ def test_cli_writes_the_png_and_the_csv(tmp_path):
     frame = pd.read_csv(csv)
     assert frame["label"].tolist() == ["LA", "HEM", "GRU", "per-language"]
     assert frame["trainable_mean"].tolist() == [1000, 1053, 5001, 1057]
-    assert frame["training_mean"].tolist() == [1000, 1353, 5001, 1357]
+    assert frame["training_mean"].tolist() == [1000, 1372, 5001, 1357]
     assert frame["mean_recall_mean"].iloc[:3].tolist() == pytest.approx([50.0, 65.0, 25.0])
     assert sorted(p.name for p in png.parent.iterdir()) == ["fig.csv", "fig.png"]
 

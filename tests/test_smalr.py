@@ -16,7 +16,8 @@ from pseudopairs.smalr.settings import HemSettings
 from pseudopairs.smalr.hem import (PAD_ID, UNK_ID, HybridEmbedding, HybridVocabulary,
                                    LatentAssigner, assign_vocabulary, fit_pca,
                                    hybrid_parameter_count, parameter_count,
-                                   per_language_parameter_count, split_vocabulary)
+                                   per_language_parameter_count, pretraining_parameter_count,
+                                   split_vocabulary)
 from pseudopairs.smalr.hem_pretrain import (pretrain_latent_assignment,
                                             sentence_representations)
 from pseudopairs.smalr.triplet import (bidirectional_triplet_loss, group_triplet_loss,
@@ -159,6 +160,18 @@ def test_parameter_counts():
     assert parameter_count(embedding) == 21 == hybrid_parameter_count(2, 2, 2, 3)
     # every word its own row: 2 + 6 words = 8 rows × 2 + 9
     assert per_language_parameter_count({"en": 4, "de": 2}, 2, 3) == 25
+
+
+def test_hem_pretraining_parameters_by_hand():
+    """What HEM's pretraining trains and the model does not keep: the assignment layer (latent
+    size × feature dim + latent size: 002's 40,000 × 50 + 40,000 = 2,040,000) and the latent rows
+    dropped as unused; the kept rows are the model's."""
+    # 5 latent tokens scored from 3-d features: 5·3 + 5 = 20; 2 of 5 dropped, rows of 3: 6
+    assert pretraining_parameter_count(latent_size=5, feature_dim=3, latent_dim=3, kept=3) == 26
+    assert pretraining_parameter_count(latent_size=40000, feature_dim=50, latent_dim=50,
+                                       kept=40000) == 2_040_000
+    with pytest.raises(ValueError, match=r"kept must be in 0\.\.5, got 6"):
+        pretraining_parameter_count(latent_size=5, feature_dim=3, latent_dim=3, kept=6)
 
 
 def test_pca_by_hand():
@@ -535,6 +548,8 @@ def test_build_hem_end_to_end_on_a_toy_corpus():
     out = built.embedding(torch.tensor([vocab.encode("en", "a dog runs")]))
     assert out.shape == (1, 3, 4)
     assert parameter_count(built.embedding) == hybrid_parameter_count(4, vocab.latent_size, 3, 4)
+    # the pretraining's assignment layer (5 tokens from 3-d rows: 5·3 + 5) and its dropped rows
+    assert built.pretraining_parameters == 20 + (5 - vocab.latent_size) * 3
     again = build_hem(sentences, vectors, settings=settings, seed=1, output_dim=4)
     assert again.vocabulary == vocab and again.losses == built.losses
     assert all(torch.equal(p, q) for p, q in zip(built.embedding.parameters(),

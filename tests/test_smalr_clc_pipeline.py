@@ -207,11 +207,15 @@ def test_table_reads_clc_rows_from_metrics_clc_json(tmp_path):
             for seed, _ in list(by_seed.items()):
                 path = tmp_path / f"{part}.{name}.{seed}.json"
                 body = ({"clc_a": metrics(70.0 + int(seed)), "clc_c": metrics(80.0 + int(seed))}
-                        if part == "clc_metrics" else {"portion_retrieval": metrics(10.0 + int(seed))})
+                        if part == "clc_metrics" else {"portion_retrieval": metrics(10.0 + int(seed)),
+                                                       "retrieval": metrics(20.0 + int(seed))})
                 path.write_text(json.dumps(body))
                 by_seed[seed] = str(path)
     frame = build_table(spec).set_index("row")
-    assert frame.loc["SMALR", "en_mean_recall_mean"] == pytest.approx(11.5)
+    # En and De on test 2016's five captions per image (`retrieval`), Fr and Cs on the
+    # translation portion's one; the CLC rows on the translation portion in all four
+    assert frame.loc["SMALR", "en_mean_recall_mean"] == pytest.approx(21.5)
+    assert frame.loc["SMALR", "fr_mean_recall_mean"] == pytest.approx(11.5)
     assert frame.loc["SMALR-CLC-A", "en_mean_recall_mean"] == pytest.approx(71.5)
     assert frame.loc["SMALR-CLC-C", "cs_mean_recall_mean"] == pytest.approx(81.5)
     assert frame.loc["SMALR-CLC-C", "paper_en_mean_recall"] == pytest.approx(74.5)

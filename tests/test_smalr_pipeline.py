@@ -100,6 +100,7 @@ def test_hem_experiments_read_the_steps_outputs_and_others_are_unchanged():
     assert "text_init" not in ex.training_spec(config, "t_multi", 2)     # job parameters as before
     assert ex.training_spec(config, "t_multi", 2)["vocab"] == {"min_count": config["vocab"]["min_count"]}
     hem = specs.hem_spec(config, "smalr_la", 1)
+    assert hem["format"] == "pseudopairs.hem-init/2"     # a tracked parameter: an older file reruns the job
     assert hem["settings"]["specific_per_language"] == 0                  # the experiment's override
     assert hem["settings"]["latent_size"] == config["hem"]["latent_size"]
     assert hem["vectors"]["cs"] == "results/smalr/smalr_la/seed1/fasttext.cs.vec"

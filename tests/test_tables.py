@@ -205,6 +205,25 @@ def test_translation_portion_tables_read_portion_retrieval():
         tables.retrieval_table({**spec, "retrieval_key": "retrieval"}, {"m": runs})
 
 
+def test_a_table_reads_each_language_from_its_own_test_set():
+    """Paper 002's Table 2 (``retrieval_keys``, from ``lang_test_corpora``): En from the evaluation
+    corpus' test (five captions per image, ``retrieval``), Fr from the translation portion's
+    (``portion_retrieval``), in one row of one model; a CLC row reads its own aggregate in every
+    language."""
+    spec = {"title": "T2", "kind": "retrieval", "langs": ["en", "fr"], "columns": ["mean_recall"],
+            "retrieval_key": "portion_retrieval",
+            "retrieval_keys": {"en": "retrieval", "fr": "portion_retrieval"},
+            "rows": [{"label": "SMALR", "experiment": "m"}, {"label": "CLC-A", "experiment": "m", "clc": "clc_a"}]}
+    runs = [{"retrieval": {"en": full((60, 80, 90), (30, 60, 60))},             # mR 63.33
+             "portion_retrieval": {"en": full((1, 1, 1), (1, 1, 1)), "fr": full((40, 50, 60), (40, 50, 60))}}]
+    clc = [{"clc_a": {"en": full((9, 9, 9), (9, 9, 9)), "fr": full((6, 6, 6), (6, 6, 6))}}]
+    frame = tables.retrieval_table(spec, {"m": runs, tables.clc_key("m"): clc})
+    smalr, clc_row = frame.iloc[0], frame.iloc[1]
+    assert smalr["en_mean_recall_mean"] == pytest.approx(380 / 6)          # not the portion's 1
+    assert smalr["fr_mean_recall_mean"] == pytest.approx(50.0)
+    assert (clc_row["en_mean_recall_mean"], clc_row["fr_mean_recall_mean"]) == (9.0, 6.0)
+
+
 def test_load_metrics_reads_every_experiment_of_per_language_rows(tmp_path):
     paths = {}
     for name, value in (("a", 10.0), ("b", 20.0)):

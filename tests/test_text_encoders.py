@@ -78,16 +78,23 @@ def test_parameter_counts_by_hand():
     torch.manual_seed(0)
     gru = RankingModel(5, embedding_dim=3, joint_dim=4, image_dim=6)
     assert parameter_counts(gru) == {"trainable": 151, "total": 151, "text_embedding": 15,
-                                     "training": 151}
+                                     "pretraining": 0, "training": 151}
     assert parameter_counts(_hem_model()) == {"trainable": 157, "total": 157, "text_embedding": 21,
-                                              "training": 157}
+                                              "pretraining": 0, "training": 157}
     frozen = _hem_model()
     frozen.embedding.weight.requires_grad_(False)
     assert parameter_counts(frozen) == {"trainable": 145, "total": 157, "text_embedding": 9,
-                                        "training": 145}
+                                        "pretraining": 0, "training": 145}
     # an objective's training-only modules (SMALR's heads) count as trained, not as kept
     assert parameter_counts(gru, objective_parameters=40) == {"trainable": 151, "total": 151,
-                                                              "text_embedding": 15, "training": 191}
+                                                              "text_embedding": 15, "pretraining": 0,
+                                                              "training": 191}
+    # HEM's pretraining (recorded in the model's options): an assignment layer from 2-d rows to 4
+    # latent tokens, 4·2 + 4 = 12, and 2 dropped latent rows of 2, 4: 16 trained, none kept
+    pretrained = RankingModel(7, embedding_dim=3, joint_dim=4, image_dim=6, text_encoder="hem",
+                              text_options={"rows": 6, "row_dim": 2, "pretraining_parameters": 16})
+    assert parameter_counts(pretrained, objective_parameters=40) == {
+        "trainable": 157, "total": 157, "text_embedding": 21, "pretraining": 16, "training": 213}
 
 
 def test_gru_initialisation_is_unchanged_by_the_registry():
@@ -112,10 +119,15 @@ def test_gru_initialisation_is_unchanged_by_the_registry():
 
 def test_hem_init_file_is_checked_against_the_vocabulary(tmp_path):
     path = tmp_path / "hem_init.pt"
-    torch.save({"format": HEM_INIT_FORMAT, "weight": ROWS}, path)
+    torch.save({"format": HEM_INIT_FORMAT, "weight": ROWS, "pretraining_parameters": 16}, path)
     init = read_hem_init(path, VOCAB)
     assert torch.equal(init["row_of_id"], torch.tensor([0, 1, 2, 3, 4, 4, 5]))
-    torch.save({"format": HEM_INIT_FORMAT, "weight": ROWS[:5]}, path)
+    assert init["pretraining_parameters"] == 16
+    torch.save({"format": HEM_INIT_FORMAT, "weight": ROWS}, path)
+    with pytest.raises(ValueError, match=r"hem_init.pt: no pretraining_parameters \(a count >= 0\): "
+                                         r"delete it and rerun its pretrain_hem job"):
+        read_hem_init(path, VOCAB)
+    torch.save({"format": HEM_INIT_FORMAT, "weight": ROWS[:5], "pretraining_parameters": 16}, path)
     with pytest.raises(ValueError, match=r"hem_init.pt: \(5, 2\) rows, the vocabulary needs 6"):
         read_hem_init(path, VOCAB)
     torch.save({"weight": ROWS}, path)
@@ -152,7 +164,7 @@ def _hem_world(root):
     vocab = HybridVocabulary(specific=specific, latent=latent, latent_size=4)
     write_json_atomic(root / "hem_vocab.json", vocab.to_json())
     weight = torch.randn(2 + vocab.n_specific + 4, 5, generator=torch.Generator().manual_seed(0))
-    torch.save({"format": HEM_INIT_FORMAT, "weight": weight}, root / "hem_init.pt")
+    torch.save({"format": HEM_INIT_FORMAT, "weight": weight, "pretraining_parameters": 33}, root / "hem_init.pt")
     spec = {**spec, "vocab": {"path": str(root / "hem_vocab.json")},
             "text_init": str(root / "hem_init.pt")}
     return spec, vocab, weight
@@ -164,7 +176,8 @@ def test_a_hem_run_trains_saves_and_evaluates(tmp_path):
     training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / "model", seed=1)
     assert load_vocabulary(tmp_path / "model" / "vocab.json") == vocab
     model, meta = checkpoints.load_model(tmp_path / "model" / "checkpoint.pt")
-    assert (meta["text_encoder"], meta["text_options"]) == ("hem", {"rows": len(weight), "row_dim": 5})
+    assert (meta["text_encoder"], meta["text_options"]) == ("hem", {"rows": len(weight), "row_dim": 5,
+                                                                    "pretraining_parameters": 33})
     assert torch.equal(model.embedding.row_of_id, vocab.rows())        # the assignment stayed frozen
     assert not torch.equal(model.embedding.weight, weight)             # the rows trained
     # the model encodes a caption by its language: the same form in two languages can differ
@@ -184,7 +197,8 @@ def test_a_hem_run_trains_saves_and_evaluates(tmp_path):
     gru = 3 * (24 * 12 + 24 * 24 + 24 + 24)
     image = 24 * 24 + 24
     assert metrics["parameters"] == {"trainable": rows + gru + image, "total": rows + gru + image,
-                                     "text_embedding": rows, "training": rows + gru + image}
+                                     "text_embedding": rows, "pretraining": 33,
+                                     "training": rows + gru + image + 33}
     # the metrics are those of the model's own encodings: every caption encoded alone through
     # its language's view, the images' features through the image encoder, ranked exactly
     from pseudopairs.evaluation import retrieval_metrics
@@ -247,3 +261,41 @@ def test_a_hem_seed_block_trains_its_seeds_one_after_the_other(tmp_path, caplog)
     assert summaries[1]["best_score"] == alone["best_score"]
     assert torch.equal(torch.load(tmp_path / "seed2" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"],
                        torch.load(tmp_path / "alone" / "checkpoint.pt", weights_only=True)["model_state"]["embedding.weight"])
+
+
+def test_paper_002s_network_trains_saves_and_counts(tmp_path):
+    """002's rows (``image_layers: 2``, ``text_projection: true``; config/experiments.yaml) train,
+    save and evaluate that network: the checkpoint rebuilds it, and metrics.json counts the two
+    image layers (24·24 + 24, then 24·24 + 24: the width between them defaults to joint_dim) and
+    the text layer (24·24 + 24) besides what the one-layer HEM model has."""
+    spec, vocab, weight = _hem_world(tmp_path)
+    settings = {**SETTINGS, "text_encoder": "hem", "max_updates": 20, "image_layers": 2, "text_projection": True}
+    training.train(spec=spec, settings=run_settings(settings), out_dir=tmp_path / "model", seed=1)
+    model, meta = checkpoints.load_model(tmp_path / "model" / "checkpoint.pt")
+    assert (meta["image_layers"], meta["image_hidden"], meta["text_projection"]) == (2, 24, True)
+    assert model.image_hidden_layer is not None and model.text_projection is not None
+
+    from pseudopairs.evaluation.step import evaluate_checkpoint
+    val_caps, val_feats = spec["validation"]["captions"], spec["validation"]["features"]
+    metrics = evaluate_checkpoint(
+        checkpoint=str(tmp_path / "model" / "checkpoint.pt"), vocab_path=str(tmp_path / "model" / "vocab.json"),
+        spec={"captions": val_caps, "features": val_feats, "langs": ["en", "de"]})
+    rows = len(weight) * 5 + 5 * 12 + 12
+    gru = 3 * (24 * 12 + 24 * 24 + 24 + 24)
+    image = 2 * (24 * 24 + 24)
+    text = 24 * 24 + 24
+    assert metrics["parameters"]["trainable"] == rows + gru + image + text
+
+
+def test_the_batched_stack_refuses_002s_branches():
+    """The batched model has one affine image layer and no text layer: runs with 002's branches
+    train one after the other, and the reason says so; papers 000/004's settings still batch."""
+    from pseudopairs.model.job import RunSettings
+    from pseudopairs.model.stack import stack_supported
+
+    def why(**model):
+        return stack_supported(RunSettings.from_dict(run_settings({**SETTINGS, **model})))
+
+    assert why() is None
+    assert why(image_layers=2) == why(text_projection=True) == (
+        "image_layers 2 or text_projection (the batched model implements one image layer and no text layer)")

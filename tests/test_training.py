@@ -814,3 +814,74 @@ def test_validation_scores_the_same_with_either_candidate_gemm(world, monkeypatc
     assert set(metrics) == {"en", "de"} and score == sum(m["rsum"] for m in metrics.values())
     with pytest.raises(ValueError, match="candidates must be one of"):
         encode.validate(model, sets, candidates="bf16")
+
+
+# ---------------------------------------------------------------------------------------------
+# One c2c update computed by hand
+
+
+def _hand_gru_last(emb, w_ih, w_hh, b_ih, b_hh, tokens, length):
+    """PyTorch's documented GRU, written out: r, z, n gates (order r|z|n in the stacked weights),
+    h' = (1 - z) * n + z * h, from h = 0, over the first ``length`` tokens."""
+    h = torch.zeros(w_hh.shape[1], dtype=emb.dtype)
+    hidden = w_hh.shape[1]
+    for t in range(length):
+        x = emb[tokens[t]]
+        gi = w_ih @ x + b_ih
+        gh = w_hh @ h + b_hh
+        r = torch.sigmoid(gi[:hidden] + gh[:hidden])
+        z = torch.sigmoid(gi[hidden:2 * hidden] + gh[hidden:2 * hidden])
+        n = torch.tanh(gi[2 * hidden:] + r * gh[2 * hidden:])
+        h = (1 - z) * n + z * h
+    return h
+
+
+def test_one_c2c_update_is_the_hand_computed_loss_and_gradient_step():
+    """A c2c update on a tiny model (vocabulary 7, 3-d embeddings, 2-d joint space; three
+    caption pairs of different lengths): the returned loss is the VSE++ max-violation hinge
+    written out here on the captions of side a against side b (GRU by PyTorch's documented
+    equations, unit rows, cosine), and the step is plain SGD by that loss's gradient, computed
+    by autograd through the formula here, not through the model. A c2c step that encodes one side
+    twice (or scores a side against itself) gives another loss and another step."""
+    from pseudopairs.model.batches import C2CBatch
+    from pseudopairs.model.encoders import RankingModel
+
+    torch.manual_seed(3)
+    model = RankingModel(7, embedding_dim=3, joint_dim=2, image_dim=4)
+    tokens_a = torch.tensor([[1, 2, 3], [4, 5, 0], [6, 0, 0]])
+    lengths_a = torch.tensor([3, 2, 1])
+    tokens_b = torch.tensor([[2, 6, 0], [3, 3, 4], [5, 1, 0]])
+    lengths_b = torch.tensor([2, 3, 2])
+    margin, lr = 0.5, 0.3
+
+    names = ["embedding.weight", "gru.weight_ih_l0", "gru.weight_hh_l0", "gru.bias_ih_l0", "gru.bias_hh_l0"]
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    leaves = {k: before[k].clone().double().requires_grad_(True) for k in names}
+
+    def side(tokens, lengths):
+        rows = [_hand_gru_last(leaves["embedding.weight"], leaves["gru.weight_ih_l0"], leaves["gru.weight_hh_l0"],
+                               leaves["gru.bias_ih_l0"], leaves["gru.bias_hh_l0"], tokens[i], int(lengths[i]))
+                for i in range(len(tokens))]
+        return torch.stack([r / r.norm() for r in rows])
+
+    a, b = side(tokens_a, lengths_a), side(tokens_b, lengths_b)
+    s = a @ b.t()
+    expected = 0.0
+    for i in range(3):
+        worst_b = max(torch.clamp(margin - s[i, i] + s[i, j], min=0) for j in range(3) if j != i)
+        worst_a = max(torch.clamp(margin - s[i, i] + s[j, i], min=0) for j in range(3) if j != i)
+        expected = expected + worst_b + worst_a
+    expected.backward()
+    assert float(expected.detach()) > 0  # some hinge is active: the gradient is not zero
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loss = updates.train_update(model, optimizer, C2CBatch(tokens_a, lengths_a, tokens_b, lengths_b),
+                                margin=margin, max_violation=True, grad_clip=0.0)
+    assert float(loss) == pytest.approx(float(expected.detach()), abs=1e-5)
+    after = dict(model.named_parameters())
+    for k in names:
+        step = (before[k].double() - lr * leaves[k].grad).float()
+        assert torch.allclose(after[k].detach(), step, atol=1e-6), k
+        assert not torch.equal(after[k].detach(), before[k]), k
+    # the image branch takes no part in a c2c update
+    assert torch.equal(after["image_projection.weight"].detach(), before["image_projection.weight"])

@@ -379,3 +379,38 @@ def test_the_rows_of_papers_003_and_004_train_as_their_systems_did(configfile):
         langs = [config["datasets"][d]["lang"] for d in exp["c2i"]]
         assert (len(set(langs)) < len(langs)) == (name in by_language) or exp.get("training", {}).get(
             "objective") in ("joint", "smalr") or not name.startswith(("t_", "c1_", "half_", "disjoint")), name
+
+
+def test_table7_c2c_pools_the_46_caption_pairs_004_counts():
+    """004 §6.2: the En–De–Fr–Cs + c2c model of Table 7 trains "on 46 possible caption pairs" per
+    image: the comparable portion's 5 En × 5 De (25), each of them with the one Fr and the one Cs
+    translation-portion caption (4 × 5 = 20), and Fr–Cs (1). Counted here with the pipeline's own
+    pairing (``c2c_pairs``) over the experiment's c2c data sets as config/experiments.yaml
+    declares them, one image with Multi30K's captions per image (task 2, ``m30k``: 5 per
+    language; task 1, ``m30k_task1``: 1). The task-1 En and De captions are in the c2i data sets
+    (004: "+ Comparable adds the comparable data set" to all translation pairs) but not in c2c:
+    there they would make 61 cross-language pairs, not 46."""
+    import yaml
+
+    from conftest import REPO
+    from pseudopairs.model.batches import c2c_pairs
+
+    config = yaml.safe_load((REPO / "config" / "experiments.yaml").read_text(encoding="utf-8"))
+    datasets, experiment = config["datasets"], config["experiments"]["t_multi_comp_c2c"]
+    per_image = {"m30k": 5, "m30k_task1": 1}            # Multi30K: comparable 5, translation 1
+
+    def captions(name):
+        return ["img0"] * per_image[datasets[name]["corpus"]]
+
+    def pairs(c2c):
+        return sum(len(c2c_pairs(a_image_ids=captions(a), b_image_ids=captions(b))) for a, b in c2c)
+
+    assert experiment["training"]["c2c_pool"] is True   # one data set of all pairs, as 004's code
+    assert pairs(experiment["c2c"]) == 46 == 25 + 4 * 5 + 1
+    assert {"m30k_task1.en", "m30k_task1.de", "m30k.en", "m30k.de"} <= set(experiment["c2i"])
+    # the other reading: task 1's En and De in c2c as well (every cross-language pair of 6 En, 6 De,
+    # 1 Fr, 1 Cs captions)
+    en, de = ["m30k.en", "m30k_task1.en"], ["m30k.de", "m30k_task1.de"]
+    fr, cs = "m30k_task1.fr", "m30k_task1.cs"
+    wider = ([(a, b) for a in en for b in de] + [(a, x) for a in en + de for x in (fr, cs)] + [(fr, cs)])
+    assert pairs(wider) == 61 == 6 * 6 + 4 * 6 + 1

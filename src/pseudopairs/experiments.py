@@ -53,6 +53,21 @@ def table_test_corpus(config: dict, table: str) -> str:
     return config["tables"][table].get("test_corpus") or config["evaluation"]["corpus"]
 
 
+def table_lang_test_corpus(config: dict, table: str, lang: str) -> str:
+    """The corpus whose test split a retrieval table reports in language ``lang``: the table's
+    ``lang_test_corpora[lang]`` (paper 002's Table 2: En and De on the comparable portion's five
+    captions per image, Fr and Cs on the translation portion's one), else :func:`table_test_corpus`."""
+    return (config["tables"][table].get("lang_test_corpora") or {}).get(lang) or table_test_corpus(config, table)
+
+
+def table_retrieval_keys(config: dict, table: str) -> dict[str, str]:
+    """Which test set of ``metrics.json`` a retrieval table reads per language: ``retrieval`` (the
+    evaluation corpus) or ``portion_retrieval`` (the translation corpus)."""
+    evaluation = config["evaluation"]["corpus"]
+    return {lang: "retrieval" if table_lang_test_corpus(config, table, lang) == evaluation else "portion_retrieval"
+            for lang in config["tables"][table].get("langs", [])}
+
+
 def shown_models(config: dict) -> dict[str, list[int]]:
     """Every experiment any table shows, with the seeds those tables average over (a table's own
     ``seeds``, else the config's; the union where tables differ)."""

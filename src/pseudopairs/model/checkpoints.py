@@ -60,7 +60,10 @@ def load_model(checkpoint_path, device: str | torch.device = "cpu") -> tuple[Ran
                          image_normalization=data.get("image_normalization", "raw"),
                          similarity=data.get("similarity", "cosine"),  # older checkpoints: cosine
                          text_encoder=data.get("text_encoder", "gru"),  # older checkpoints: gru
-                         text_options=data.get("text_options"))
+                         text_options=data.get("text_options"),
+                         image_layers=data.get("image_layers", 1),   # older checkpoints: one layer
+                         image_hidden=data.get("image_hidden"),
+                         text_projection=data.get("text_projection", False))
     model.load_state_dict(data["model_state"])
     model.to(device).eval()
     meta = {k: v for k, v in data.items() if k != "model_state"}

@@ -40,7 +40,8 @@ class RankingModel(nn.Module):
     def __init__(self, vocab_size: int, *, embedding_dim: int, joint_dim: int,
                  image_dim: int = 2048, image_normalization: str = "raw",
                  similarity: str = "cosine", text_encoder: str = "gru",
-                 text_options: dict | None = None) -> None:
+                 text_options: dict | None = None, image_layers: int = 1,
+                 image_hidden: int | None = None, text_projection: bool = False) -> None:
         super().__init__()
         for key, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
                            ("joint_dim", joint_dim), ("image_dim", image_dim)):
@@ -59,7 +60,15 @@ class RankingModel(nn.Module):
                              f"got {similarity!r}")
         self.similarity = similarity
         self.nonnegative = SIMILARITIES.get(similarity).nonnegative
-        self.image_projection = nn.Linear(self.image_dim, self.joint_dim)
+        if int(image_layers) not in (1, 2):
+            raise ValueError(f"RankingModel: image_layers must be 1 or 2, got {image_layers}")
+        self.image_layers = int(image_layers)
+        self.image_hidden = int(image_hidden or self.joint_dim) if self.image_layers == 2 else None
+        # paper 002's Embedding Network: two fully connected layers with a ReLU between them
+        # (``image_hidden`` ReLU units, then ``image_projection`` into the joint space)
+        self.image_hidden_layer = (nn.Linear(self.image_dim, self.image_hidden)
+                                   if self.image_layers == 2 else None)
+        self.image_projection = nn.Linear(self.image_hidden or self.image_dim, self.joint_dim)
         # Fixed per-dimension standardisation of the stored features (identity by default). An
         # affine layer after a fixed affine map is still one affine map, so this changes the
         # conditioning of the optimisation, not the model class (see set_image_standardization).
@@ -74,13 +83,16 @@ class RankingModel(nn.Module):
         self.embedding = TEXT_ENCODERS.get(text_encoder).embedding_function()(
             self.vocab_size, self.embedding_dim, self.text_options)
         self.gru = nn.GRU(self.embedding_dim, self.joint_dim, num_layers=1, batch_first=True)
+        # 002's text branch: a fully connected layer after the GRU's final state
+        self.text_projection = nn.Linear(self.joint_dim, self.joint_dim) if text_projection else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Deterministic from torch's global RNG: Xavier-uniform image projection with zero bias,
         word embeddings (HEM: its rows) uniform in ±0.1 (PAD row zero), HEM's fully connected layer
         and the GRU with PyTorch's default initialisation."""
-        bound = math.sqrt(6.0) / math.sqrt(self.image_dim + self.joint_dim)
+        fan_in = self.image_hidden or self.image_dim
+        bound = math.sqrt(6.0) / math.sqrt(fan_in + self.joint_dim)
         with torch.no_grad():
             self.image_projection.weight.uniform_(-bound, bound)
             self.image_projection.bias.zero_()
@@ -89,16 +101,28 @@ class RankingModel(nn.Module):
         if getattr(self.embedding, "projection", None) is not None:
             self.embedding.projection.reset_parameters()
         self.gru.reset_parameters()
+        # drawn after everything the one-layer model draws, so its weights stay as they were
+        if self.image_hidden_layer is not None:   # Xavier-uniform, zero bias, as the layer above
+            bound = math.sqrt(6.0) / math.sqrt(self.image_dim + self.image_hidden)
+            with torch.no_grad():
+                self.image_hidden_layer.weight.uniform_(-bound, bound)
+                self.image_hidden_layer.bias.zero_()
+        if self.text_projection is not None:
+            self.text_projection.reset_parameters()
 
     @property
     def device(self) -> torch.device:
         return self.image_projection.weight.device
 
     def config(self) -> dict:
-        return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
-                "joint_dim": self.joint_dim, "image_dim": self.image_dim,
-                "image_normalization": self.image_normalization, "similarity": self.similarity,
-                "text_encoder": self.text_encoder, "text_options": dict(self.text_options)}
+        config = {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
+                  "joint_dim": self.joint_dim, "image_dim": self.image_dim,
+                  "image_normalization": self.image_normalization, "similarity": self.similarity,
+                  "text_encoder": self.text_encoder, "text_options": dict(self.text_options)}
+        if self.image_layers != 1 or self.text_projection is not None:   # 002's branches
+            config.update(image_layers=self.image_layers, image_hidden=self.image_hidden,
+                          text_projection=self.text_projection is not None)
+        return config
 
     def set_text_embedding(self, *, weight, row_of_id) -> None:
         """HEM's pretrained rows and its frozen assignment (:func:`~pseudopairs.model.text_encoders.read_hem_init`)."""
@@ -127,6 +151,8 @@ class RankingModel(nn.Module):
             features = F.normalize(features, dim=1)
         # identity unless set_image_standardization was called (image_normalization: standardize)
         features = (features - self.image_mean) / self.image_scale
+        if self.image_hidden_layer is not None:
+            features = F.relu(self.image_hidden_layer(features))
         return self._joint(self.image_projection(features))
 
     def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -139,7 +165,10 @@ class RankingModel(nn.Module):
         embedded = self.embedding(tokens.to(self.device))
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         _, hidden = self.gru(packed)          # (1, B, joint_dim), back in the input order
-        return self._joint(hidden[-1])
+        final = hidden[-1]
+        if self.text_projection is not None:
+            final = self.text_projection(final)
+        return self._joint(final)
 
     def _joint(self, x: torch.Tensor) -> torch.Tensor:
         """Rows into the joint space: L2-normalised, then ``|x|`` if the similarity needs

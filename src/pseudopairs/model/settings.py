@@ -165,6 +165,15 @@ class ModelSettings(Settings):
                                     "by all languages; papers 000, 001, 003, 004) | hem (paper 002's "
                                     "hybrid embedding: per-language rows for frequent words, a frozen "
                                     "latent assignment for the rest, from the pretrain_hem step)")
+    image_layers: int = setting(1, kind=int, choices=(1, 2),
+                                doc="fully connected layers of the image branch: 1 (one affine layer; "
+                                    "papers 000, 001, 003, 004) or 2 (layer, ReLU, layer: paper 002's "
+                                    "Embedding Network)")
+    image_hidden: int | None = setting(None, kind=int, low=1, optional=True,
+                                       doc="width between the two image layers (null: joint_dim)")
+    text_projection: bool = setting(False, kind=bool,
+                                    doc="a fully connected layer from the GRU's final state into the "
+                                        "joint space (paper 002's Embedding Network)")
 
     def check(self) -> None:
         if self.text_encoder not in TEXT_ENCODERS:

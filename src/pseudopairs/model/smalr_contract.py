@@ -13,7 +13,7 @@ from typing import Any
 from pseudopairs.experiments import experiment
 from pseudopairs.model import contract as model_contract
 from pseudopairs import layout
-from pseudopairs.smalr.settings import FASTTEXT_TRAINING, FastTextSettings
+from pseudopairs.smalr.settings import FASTTEXT_TRAINING, HEM_INIT_FORMAT, FastTextSettings
 
 
 def uses_hem(config: dict, name: str) -> bool:
@@ -93,7 +93,11 @@ def hem_settings(config: dict, name: str) -> dict[str, Any]:
 
 
 def hem_spec(config: dict, name: str, seed: int) -> dict[str, Any]:
-    return {"experiment": name, "seed": int(seed), "sentences": sentence_refs(config, name, seed),
+    """The pretrain_hem job's spec; ``format`` (the output's, :data:`HEM_INIT_FORMAT`) is a tracked
+    parameter, so a results folder written in an older format reruns the job instead of failing
+    where training reads it."""
+    return {"experiment": name, "seed": int(seed), "format": HEM_INIT_FORMAT,
+            "sentences": sentence_refs(config, name, seed),
             "vectors": {lang: layout.fasttext_vectors(name, seed, lang)
                         for lang in model_contract.training_langs(config, name)},
             "settings": hem_settings(config, name)}

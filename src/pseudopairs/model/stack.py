@@ -425,5 +425,8 @@ def stack_supported(settings) -> str | None:
         return f"objective {settings.training.objective!r} (the batched update implements 'sampled')"
     if settings.model.text_encoder != "gru":
         return f"text_encoder {settings.model.text_encoder!r} (the batched model implements 'gru')"
+    if settings.model.image_layers != 1 or settings.model.text_projection:
+        return ("image_layers 2 or text_projection (the batched model implements one image layer "
+                "and no text layer)")
     return None
 

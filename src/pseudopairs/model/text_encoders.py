@@ -75,12 +75,14 @@ def shared_embedding(vocab_size: int, embedding_dim: int, options: dict):
 def hybrid_embedding(vocab_size: int, embedding_dim: int, options: dict):
     """A :class:`~pseudopairs.smalr.hem.HybridEmbedding` of ``options = {"rows": R, "row_dim": d}``
     with every id on the UNK row until the real assignment is loaded (:func:`read_hem_init` or a
-    checkpoint's ``row_of_id``)."""
+    checkpoint's ``row_of_id``). ``options`` may also record ``pretraining_parameters`` (what HEM's
+    pretraining trained and the model does not keep; counted by :func:`parameter_counts`)."""
     import torch
 
     from pseudopairs.smalr.hem import UNK_ID, HybridEmbedding
-    if set(options) != {"rows", "row_dim"}:
-        raise ValueError(f"text encoder hem needs the options rows and row_dim, got {sorted(options)}")
+    if not {"rows", "row_dim"} <= set(options) <= {"rows", "row_dim", "pretraining_parameters"}:
+        raise ValueError(f"text encoder hem needs the options rows and row_dim (and may record "
+                         f"pretraining_parameters), got {sorted(options)}")
     rows, row_dim = int(options["rows"]), int(options["row_dim"])
     if rows < 2 or row_dim < 1:
         raise ValueError(f"text encoder hem: rows must be ≥ 2 (PAD, UNK) and row_dim ≥ 1, got "
@@ -156,7 +158,8 @@ def check_vocabulary(vocab, text_encoder: str, *, where: str) -> None:
 def read_hem_init(path, vocab) -> dict:
     """The initial HEM rows the ``pretrain-hem`` step wrote (``{"format", "weight": (R, d)}``),
     checked against the vocabulary (R = 2 + its specific words + its latent tokens). Returns
-    ``{"weight", "row_of_id"}`` (the frozen assignment from the vocabulary)."""
+    ``{"weight", "row_of_id"}`` (the frozen assignment from the vocabulary) and
+    ``pretraining_parameters`` (the pretraining's parameters the model does not keep)."""
     import torch
 
     from pseudopairs.io import reading
@@ -172,7 +175,11 @@ def read_hem_init(path, vocab) -> dict:
     if weight.ndim != 2 or weight.shape[0] != rows:
         raise ValueError(f"{path}: {tuple(weight.shape)} rows, the vocabulary needs {rows} "
                          f"(PAD, UNK, {vocab.n_specific} specific, {vocab.latent_size} latent)")
-    return {"weight": weight.float(), "row_of_id": vocab.rows()}
+    pretraining = data.get("pretraining_parameters")
+    if not isinstance(pretraining, int) or pretraining < 0:
+        raise ValueError(f"{path}: no pretraining_parameters (a count >= 0): delete it and rerun "
+                         "its pretrain_hem job")
+    return {"weight": weight.float(), "row_of_id": vocab.rows(), "pretraining_parameters": pretraining}
 
 
 def parameter_counts(model, *, objective_parameters: int = 0) -> dict:
@@ -181,10 +188,14 @@ def parameter_counts(model, *, objective_parameters: int = 0) -> dict:
     HEM's frozen assignment are not parameters); the text embedding's trainable share
     (``text_embedding``); ``training`` — the parameters trained: ``trainable`` plus the training
     objective's own modules that are dropped after training (``objective_parameters``, the
-    checkpoint's record: SMALR's MCLM heads and language classifier). Paper 002 §5 tells the two
+    checkpoint's record: SMALR's MCLM heads and language classifier) plus what HEM's pretraining
+    trained and the model does not keep (``pretraining``: its assignment layer and dropped latent
+    rows, recorded in the model's ``text_options``; 0 without HEM). Paper 002 §5 tells the two
     apart ("SMALR uses more parameters during training … far fewer test-time parameters")."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    pretraining = int(getattr(model, "text_options", {}).get("pretraining_parameters", 0))
     return {"trainable": trainable,
             "total": sum(p.numel() for p in model.parameters()),
             "text_embedding": sum(p.numel() for p in model.embedding.parameters() if p.requires_grad),
-            "training": trainable + int(objective_parameters)}
+            "pretraining": pretraining,
+            "training": trainable + int(objective_parameters) + pretraining}

@@ -232,12 +232,14 @@ def _build_model(spec: dict, settings: RunSettings, *, vocab, image_dim: int, c2
                              "text_init (the pretrain_hem step's initial rows)")
         text_init = read_hem_init(spec["text_init"], vocab)
         options = {"rows": int(text_init["weight"].shape[0]),
-                   "row_dim": int(text_init["weight"].shape[1])}
+                   "row_dim": int(text_init["weight"].shape[1]),
+                   "pretraining_parameters": int(text_init.pop("pretraining_parameters"))}
     model = RankingModel(len(vocab), embedding_dim=dims.embedding_dim,
                          joint_dim=dims.joint_dim, image_dim=image_dim,
                          image_normalization=dims.image_normalization,
                          similarity=settings.training.similarity, text_encoder=encoder,
-                         text_options=options)
+                         text_options=options, image_layers=dims.image_layers,
+                         image_hidden=dims.image_hidden, text_projection=dims.text_projection)
     if text_init is not None:
         model.set_text_embedding(**text_init)
     if dims.image_normalization == "standardize":

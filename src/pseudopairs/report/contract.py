@@ -10,8 +10,8 @@ from typing import Any
 
 from pseudopairs import layout
 from pseudopairs.data.contract import dataset
-from pseudopairs.experiments import (seeds_by_experiment, shown_models, table_experiments, table_seeds,
-                                     table_test_corpus, uses_pseudopairs)
+from pseudopairs.experiments import (seeds_by_experiment, shown_models, table_experiments, table_retrieval_keys,
+                                     table_seeds, table_test_corpus, uses_pseudopairs)
 from pseudopairs.mining.contract import criterion, pseudopair_set, pseudopair_sets
 
 
@@ -103,6 +103,8 @@ def table_spec(config: dict, table: str) -> dict[str, Any]:
                         for name in table_experiments(config, table)}}
     if table_test_corpus(config, table) != config["evaluation"]["corpus"]:
         spec["retrieval_key"] = "portion_retrieval"
+    if config["tables"][table].get("lang_test_corpora"):
+        spec["retrieval_keys"] = table_retrieval_keys(config, table)
     clc = list(dict.fromkeys(row["experiment"] for row in config["tables"][table]["rows"] if row.get("clc")))
     if clc:   # rows with paper 002's Cross-Lingual Consistency read metrics.clc.json
         spec["clc_metrics"] = {name: {str(seed): layout.clc_metrics(name, seed)
@@ -154,6 +156,8 @@ def parameters_figure_spec(config: dict, name: str) -> dict[str, Any]:
         out["reference"] = reference
     if table_test_corpus(config, table) != config["evaluation"]["corpus"]:
         out["retrieval_key"] = "portion_retrieval"
+    if spec.get("lang_test_corpora"):
+        out["retrieval_keys"] = table_retrieval_keys(config, table)
     return out
 
 
@@ -318,21 +322,27 @@ def _table_errors(config: dict) -> list[str]:
         retrieval = spec.get("kind") == "retrieval"
         if retrieval and "langs" not in spec:
             messages.append(f"{where}.langs': required for a retrieval table")
-        for key in ("columns", "test_corpus"):
+        for key in ("columns", "test_corpus", "lang_test_corpora"):
             if key in spec and not retrieval:
                 messages.append(f"{where}.{key}': only retrieval tables have it")
-        test = spec.get("test_corpus") or evaluation.get("corpus")
-        if retrieval and test == evaluation.get("corpus"):
-            tested = evaluation.get("langs", [])
-        elif retrieval and test == evaluation.get("translation_corpus"):
-            tested = sorted({d["lang"] for d in datasets.values() if d["corpus"] == test})
-        else:
-            tested = langs
-            if retrieval:
-                messages.append(f"{where}.test_corpus': {test!r} is neither the evaluation corpus "
+        default = spec.get("test_corpus") or evaluation.get("corpus")
+        by_lang = spec.get("lang_test_corpora") or {}
+        for lang in by_lang:
+            if lang not in langs:
+                messages.append(f"{where}.lang_test_corpora.{lang}': not one of the table's langs {langs}")
+        for test, key in [(default, "test_corpus")] + [(c, f"lang_test_corpora.{lang}") for lang, c in by_lang.items()]:
+            if retrieval and test not in (evaluation.get("corpus"), evaluation.get("translation_corpus")):
+                messages.append(f"{where}.{key}': {test!r} is neither the evaluation corpus "
                                 f"{evaluation.get('corpus')!r} nor the translation corpus "
                                 f"{evaluation.get('translation_corpus')!r}")
         for i, lang in enumerate(langs):
+            test = by_lang.get(lang) or default
+            if retrieval and test == evaluation.get("corpus"):
+                tested = evaluation.get("langs", [])
+            elif retrieval and test == evaluation.get("translation_corpus"):
+                tested = sorted({d["lang"] for d in datasets.values() if d["corpus"] == test})
+            else:
+                tested = langs
             if lang not in tested:
                 messages.append(f"{where}.langs.{i}': models are not tested in {lang!r} on corpus "
                                 f"{test!r} (languages there: {', '.join(tested) or 'none'})")

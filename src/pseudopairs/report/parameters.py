@@ -4,7 +4,9 @@ each model's ``metrics.json``.
 
 Two counts per point (means over the seeds: equal across seeds unless the vocabulary differs):
 ``training_mean`` — ``parameters.training``, every parameter trained, the model's plus the
-objective's training-only modules (SMALR's MCLM heads and language classifier) — and
+objective's training-only modules (SMALR's MCLM heads and language classifier) plus what HEM's
+pretraining trained and the model does not keep (``parameters.pretraining``: its assignment
+layer and the dropped latent rows; ``pretraining_mean``) — and
 ``trainable_mean`` — ``parameters.trainable``, the model kept at test time (those modules are
 dropped). The figure plots one of them (``parameters_figure.count``): ``training`` (default) or
 ``test_time``. 002 plots training: its Figure 3 compares models by "trainable parameters"
@@ -23,7 +25,8 @@ is listed.
 ``reference`` adds the parameter count of per-language embeddings (every word of every language
 its own row: MULE's embedding, :func:`pseudopairs.smalr.hem.per_language_parameter_count`) for a
 HEM experiment: both its counts with its hybrid embedding replaced by one row per word of its HEM
-vocabulary, rows as wide as HEM's (``hem.pca_dim``) and the same projection. It has no mR (no such
+vocabulary, rows as wide as HEM's (``hem.pca_dim``) and the same projection, and no HEM pretraining
+(its ``parameters.pretraining`` taken off the trained count). It has no mR (no such
 model is trained) and is drawn as a vertical line. The hybrid embedding's count is recomputed from
 the vocabulary first and must equal ``parameters.text_embedding``.
 """
@@ -40,7 +43,7 @@ from pseudopairs import commands
 from pseudopairs.io import atomic_path, write_text_atomic
 
 CSV_COLUMNS = ["label", "experiment", "n", "training_mean", "trainable_mean", "text_embedding_mean",
-               "mean_recall_mean", "mean_recall_std", "paper_mean_recall", "beyond_paper", "reference"]
+               "pretraining_mean", "mean_recall_mean", "mean_recall_std", "paper_mean_recall", "beyond_paper", "reference"]
 
 #: ``parameters_figure.count`` -> the CSV column the figure plots and its axis label.
 COUNTS = {"training": ("training_mean", "parameters trained (model + training-only modules)"),
@@ -60,11 +63,13 @@ def _parameters(metrics: dict, path, key: str) -> int:
                          "counts were recorded: evaluate the model again)") from None
 
 
-def _seed_mean_recall(metrics: dict, path, langs: list[str], key: str) -> float:
+def _seed_mean_recall(metrics: dict, path, keys: dict[str, str]) -> float:
+    """The mean over the languages of ``keys`` (language -> the metrics.json test set it is read
+    from) of each language's mR."""
     from pseudopairs.report.tables import _mean_recall
 
     values = []
-    for lang in langs:
+    for lang, key in keys.items():
         try:
             values.append(_mean_recall(metrics[key][lang]))
         except KeyError:
@@ -110,12 +115,14 @@ def _reference(reference: dict, metrics: dict[str, dict]) -> dict:
                              f"{reference['output_dim']} gives {hybrid}: not the model that vocabulary "
                              "and these settings describe")
         per_language = per_language_parameter_count(words, reference["row_dim"], reference["output_dim"])
-        for key in counts:
-            counts[key].append(float(_parameters(run, path, key) - recorded + per_language))
+        pretraining = _parameters(run, path, "pretraining")  # no HEM, no HEM pretraining
+        counts["training"].append(float(_parameters(run, path, "training") - pretraining - recorded
+                                        + per_language))
+        counts["trainable"].append(float(_parameters(run, path, "trainable") - recorded + per_language))
     training, _, n = summarise(counts["training"])
     return {"label": reference["label"], "experiment": name, "n": n, "training_mean": training,
             "trainable_mean": summarise(counts["trainable"])[0],
-            "text_embedding_mean": math.nan, "mean_recall_mean": math.nan,
+            "text_embedding_mean": math.nan, "pretraining_mean": 0.0, "mean_recall_mean": math.nan,
             "mean_recall_std": math.nan, "paper_mean_recall": math.nan, "beyond_paper": True,
             "reference": True}
 
@@ -126,6 +133,7 @@ def parameters_table(spec: dict) -> pd.DataFrame:
     from pseudopairs.report.tables import RETRIEVAL_COLUMNS, read_runs, summarise
 
     langs, key = list(spec["langs"]), spec.get("retrieval_key", "retrieval")
+    keys = {lang: spec.get("retrieval_keys", {}).get(lang, key) for lang in langs}
     columns = list(spec.get("columns") or RETRIEVAL_COLUMNS)
     loaded = {name: {seed: {"path": path, "data": data} for (seed, path), data
                      in zip(by_seed.items(), read_runs(by_seed, name, what="metrics", job="evaluate"))}
@@ -138,12 +146,14 @@ def parameters_table(spec: dict) -> pd.DataFrame:
         training = [float(_parameters(r["data"], r["path"], "training")) for r in runs.values()]
         trainable = [float(_parameters(r["data"], r["path"], "trainable")) for r in runs.values()]
         embedding = [float(_parameters(r["data"], r["path"], "text_embedding")) for r in runs.values()]
-        recalls = [_seed_mean_recall(r["data"], r["path"], langs, key) for r in runs.values()]
+        pretraining = [float(_parameters(r["data"], r["path"], "pretraining")) for r in runs.values()]
+        recalls = [_seed_mean_recall(r["data"], r["path"], keys) for r in runs.values()]
         mean, std, n = summarise(recalls)
         records.append({"label": row["label"], "experiment": row["experiment"], "n": n,
                         "training_mean": summarise(training)[0],
                         "trainable_mean": summarise(trainable)[0],
                         "text_embedding_mean": summarise(embedding)[0],
+                        "pretraining_mean": summarise(pretraining)[0],
                         "mean_recall_mean": mean, "mean_recall_std": std,
                         "paper_mean_recall": _paper_mean_recall(row.get("paper"), columns, langs),
                         "beyond_paper": bool(row.get("beyond_paper", False)), "reference": False})

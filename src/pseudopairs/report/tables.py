@@ -89,7 +89,11 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
     records = []
     for row in spec["rows"]:
         # a CLC row: its experiment's metrics.clc.json, under the row's aggregate (clc_a, clc_c)
-        key = row["clc"] if row.get("clc") else spec.get("retrieval_key", "retrieval")
+        default = spec.get("retrieval_key", "retrieval")
+        # per language (``retrieval_keys``: a table with ``lang_test_corpora``); a CLC row reads
+        # metrics.clc.json, tested on the translation portion in every language
+        keys = {lang: row["clc"] if row.get("clc") else spec.get("retrieval_keys", {}).get(lang, default)
+                for lang in langs}
         runs = {lang: metrics.get(clc_key(row["experiment"]) if row.get("clc") else row_experiment(row, lang), [])
                 for lang in langs}
         names = ({lang: row_experiment(row, lang) for lang in langs} if "experiments" in row else None)
@@ -101,13 +105,13 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
         for lang in langs:
             for column in columns:
                 if column == MEAN_RECALL:
-                    values = [_mean_recall(run[key][lang]) for run in runs[lang]]
+                    values = [_mean_recall(run[keys[lang]][lang]) for run in runs[lang]]
                 else:
-                    values = [float(run[key][lang][column]) for run in runs[lang]]
+                    values = [float(run[keys[lang]][lang][column]) for run in runs[lang]]
                 _put(record, f"{lang}_{column}", values)
         if spec.get("sum_sum"):
             per_seed = zip(*(runs[lang] for lang in langs)) if len({len(r) for r in runs.values()}) == 1 else []
-            _put(record, "sum_sum", [sum(run[key][lang]["rsum"] for lang, run in zip(langs, seed_runs))
+            _put(record, "sum_sum", [sum(run[keys[lang]][lang]["rsum"] for lang, run in zip(langs, seed_runs))
                                      for seed_runs in per_seed])
         paper = row.get("paper", {})
         for lang in langs:

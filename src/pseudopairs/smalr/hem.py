@@ -323,6 +323,20 @@ def hybrid_parameter_count(n_specific: int, latent_size: int, feature_dim: int,
     return rows + int(feature_dim) * int(output_dim) + int(output_dim)
 
 
+def pretraining_parameter_count(*, latent_size: int, feature_dim: int, latent_dim: int,
+                                kept: int) -> int:
+    """Parameters HEM's pretraining trains that the model does not carry on (002 §3.1: "we
+    perform a pretraining step where we learn both the initial representation of the latent
+    vocabulary as well as how to assign the infrequent words"): the assignment layer
+    (:class:`LatentAssigner`'s ``scorer``, ``latent_size × feature_dim + latent_size``; 2.04M at
+    002's 40K × 50) and the latent rows dropped as unused (``(latent_size − kept) × latent_dim``).
+    The ``kept`` latent rows become the model's rows and are counted there."""
+    if not 0 <= int(kept) <= int(latent_size):
+        raise ValueError(f"pretraining_parameter_count: kept must be in 0..{latent_size}, got {kept}")
+    scorer = int(latent_size) * int(feature_dim) + int(latent_size)
+    return scorer + (int(latent_size) - int(kept)) * int(latent_dim)
+
+
 def per_language_parameter_count(vocabulary_sizes: Mapping[str, int], feature_dim: int,
                                  output_dim: int | None = None) -> int:
     """The same count when every word of every language keeps its own row (MULE; HEM with every

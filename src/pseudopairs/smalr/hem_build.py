@@ -27,7 +27,7 @@ import torch
 
 from pseudopairs.smalr.fasttext import WordVectors
 from pseudopairs.smalr.hem import (PCA, HybridEmbedding, HybridVocabulary, assign_vocabulary,
-                                   fit_pca, split_vocabulary)
+                                   fit_pca, pretraining_parameter_count, split_vocabulary)
 from pseudopairs.smalr.hem_pretrain import pretrain_latent_assignment
 from pseudopairs.smalr.settings import HemSettings
 
@@ -46,6 +46,9 @@ class HEMBuild:
     pca: dict[str, PCA]
     losses: list[float]
     missing: dict[str, list[str]] = field(default_factory=dict)
+    # parameters the pretraining trained that the model does not keep (the assignment layer and
+    # the dropped latent rows: pseudopairs.smalr.hem.pretraining_parameter_count)
+    pretraining_parameters: int = 0
 
 
 def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors], *,
@@ -98,5 +101,9 @@ def build_hem(sentences: Sequence[Sentence], vectors: Mapping[str, WordVectors],
         embedding = HybridEmbedding.build(vocabulary, specific_rows,
                                           result.assigner.latent.detach()[kept],
                                           output_dim=output_dim)
+    assigner = result.assigner
+    pretraining = pretraining_parameter_count(latent_size=assigner.latent_size,
+                                              feature_dim=assigner.feature_dim,
+                                              latent_dim=assigner.latent_dim, kept=len(kept))
     return HEMBuild(vocabulary=vocabulary, embedding=embedding, pca=pcas, losses=result.losses,
-                    missing=missing)
+                    missing=missing, pretraining_parameters=pretraining)

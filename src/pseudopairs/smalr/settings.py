@@ -67,7 +67,8 @@ class FastTextSettings(Settings):
 
 #: The format tag of the pretrain_hem step's output (a HEM text encoder's initial rows), which
 #: the training step checks when it reads it (pseudopairs.model.text_encoders.read_hem_init).
-HEM_INIT_FORMAT = "pseudopairs.hem-init/1"
+#: /2: also ``pretraining_parameters`` (the pretraining's parameters the model does not keep).
+HEM_INIT_FORMAT = "pseudopairs.hem-init/2"
 
 
 @dataclass(frozen=True)

@@ -100,11 +100,13 @@ def pretrain_hem_step(spec: dict, *, vocab_out, init_out) -> dict:
     vectors = {lang: read_vec(spec["vectors"][lang]) for lang in langs}
     built = build_hem(sentences, vectors, settings=settings, seed=int(spec["seed"]))
     with atomic_path(Path(init_out)) as tmp:
-        torch.save({"format": HEM_INIT_FORMAT, "weight": built.embedding.weight.detach().cpu().clone()}, tmp)
+        torch.save({"format": HEM_INIT_FORMAT, "weight": built.embedding.weight.detach().cpu().clone(),
+                    "pretraining_parameters": int(built.pretraining_parameters)}, tmp)
     write_json_atomic(vocab_out, built.vocabulary.to_json())
     summary = {"sentences": len(sentences), "images": len(images),
                "specific": built.vocabulary.n_specific, "latent_used": built.vocabulary.latent_size,
-               "ids": len(built.vocabulary), "missing": {k: len(v) for k, v in built.missing.items()},
+               "ids": len(built.vocabulary), "pretraining_parameters": built.pretraining_parameters,
+               "missing": {k: len(v) for k, v in built.missing.items()},
                "first_loss": built.losses[0], "last_loss": built.losses[-1]}
     log.info("HEM of %s seed %s: %s", spec["experiment"], spec["seed"], summary)
     return summary
