@@ -99,6 +99,7 @@ CONTRACTS = (
     "pseudopairs.model.contract",
     "pseudopairs.evaluation.contract",
     "pseudopairs.mining.contract",
+    "pseudopairs.search.contract",
     "pseudopairs.report.contract",
 )
 

@@ -96,6 +96,16 @@ def metrics(experiment: str, seed: int | str) -> str:
     return f"{model_dir(experiment, seed)}/metrics.json"
 
 
+def exported_model(experiment: str, seed: int | str) -> str:
+    """The self-contained model folder ``pseudopairs export`` writes of a run (docs/search.md)."""
+    return f"{RESULTS}/exported/{experiment}/seed{seed}"
+
+
+def search_index(experiment: str, seed: int | str, corpus: str, split: str) -> str:
+    """The search index of a corpus split's images and captions by an exported model."""
+    return f"{RESULTS}/search/{experiment}/seed{seed}/{corpus}_{split}"
+
+
 def smalr_dir(experiment: str, seed: int | str) -> str:
     """Paper 002's inputs of a ``hem`` model's training (rules fasttext, pretrain_hem)."""
     return f"{RESULTS}/smalr/{experiment}/seed{seed}"

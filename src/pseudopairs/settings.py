@@ -135,7 +135,8 @@ def check_value(value: Any, meta: dict) -> Any:
     or a :class:`SettingsError` saying what it must be (without the key; callers add it)."""
     if value is None and meta["optional"]:
         return None
-    ok = is_kind(value, meta["kind"]) if meta["choices"] is None else value in meta["choices"]
+    # of the field's kind first: True is not the choice 1 (True == 1 in Python)
+    ok = is_kind(value, meta["kind"]) and (meta["choices"] is None or value in meta["choices"])
     if ok and meta.get("pattern") is not None:
         ok = re.fullmatch(meta["pattern"], value) is not None
     if ok and meta["choices"] is None and meta["kind"] in (int, float):

@@ -22,6 +22,7 @@ from pseudopairs.model import smalr_contract
 from pseudopairs.report import contract as report_contract
 from pseudopairs.report import pages
 from pseudopairs.report import targets as report_targets
+from pseudopairs.search import contract as search_contract
 from pseudopairs.smalr import clc_contract
 from pseudopairs.translation import contract as translation_contract
 
@@ -180,20 +181,7 @@ def check_job_environment():
 
 
 # ----------------------------------------------------------------------------------------------
-# The search stage (rules/search.smk; docs/search.md): where an exported model and an index live,
-# and the index the demo and config/own-data.yaml build for their main model
-
-#: the main model of the shipped configs, first found wins: the demo's German model bootstrapped
-#: with pseudopairs and fine-tuned (Table 4), the own-data example's French one
-SEARCH_MAIN_EXPERIMENTS = ("de_coco_pseudo_ft", "fr_photos_pseudo_ft")
-
-
-def search_export_dir(experiment, seed):
-    return f"{layout.RESULTS}/exported/{experiment}/seed{seed}"
-
-
-def search_index_dir(experiment, seed, corpus, split):
-    return f"{layout.RESULTS}/search/{experiment}/seed{seed}/{corpus}_{split}"
+# The search stage (rules/search.smk; docs/search.md)
 
 
 def search_configfile_args(configfiles):
@@ -202,13 +190,3 @@ def search_configfile_args(configfiles):
     shipped = {(REPO / "config" / name).resolve() for name in ("config.yaml", "experiments.yaml")}
     files = [str(Path(f).resolve()) for f in configfiles if Path(f).resolve() not in shipped]
     return ["--configfile", *files] if files else []
-
-
-def search_targets(config):
-    """The index of the main model (first seed) over the evaluation corpus' test images and
-    captions; none when the config has no main model."""
-    main = [e for e in SEARCH_MAIN_EXPERIMENTS if e in config.get("experiments", {})]
-    if not main:
-        return []
-    corpus = config.get("evaluation", {}).get("corpus", "m30k")
-    return [search_index_dir(main[0], config["seeds"][0], corpus, "test")]

@@ -5,10 +5,9 @@
 
 rule export_model:
     input:
-        checkpoint=layout.checkpoint("{experiment}", "{seed}"),
-        metrics=layout.metrics("{experiment}", "{seed}"),
+        from_wildcards(search_contract.export_inputs, "experiment", "seed"),
     output:
-        directory(search_export_dir("{experiment}", "{seed}")),
+        directory(layout.exported_model("{experiment}", "{seed}")),
     log:
         layout.log("export_model", "{experiment}.seed{seed}"),
     benchmark:
@@ -28,11 +27,11 @@ rule export_model:
 
 rule search_index:
     input:
-        model=search_export_dir("{experiment}", "{seed}"),
+        model=layout.exported_model("{experiment}", "{seed}"),
         images=layout.images("{corpus}", "{split}"),
         captions=layout.raw_captions("{corpus}", "{split}"),
     output:
-        directory(search_index_dir("{experiment}", "{seed}", "{corpus}", "{split}")),
+        directory(layout.search_index("{experiment}", "{seed}", "{corpus}", "{split}")),
     log:
         layout.log("search_index", "{experiment}.seed{seed}.{corpus}_{split}"),
     benchmark:
