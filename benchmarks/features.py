@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode", default="cpu", choices=["cpu", "device"], help="features.decode")
     parser.add_argument("--calibration", default=None,
                         help="on CUDA: record the faster 224-px pipeline rate in this calibration file "
-                             "(pseudopairs.calibration; rates.features_images_per_s)")
+                             "(pseudopairs.workflow.calibration; rates.features_images_per_s)")
     args = parser.parse_args(argv)
 
     default_threads = torch.get_num_threads()  # torch's own choice, before anything sets it
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"best {best['pipeline_img_s']:.0f} img/s = {best['pipeline_img_s'] / 2000:.2f}x the goal of 2,000 "
                   f"(bare forward {best['bare_img_s']:.0f})", flush=True)
             if args.calibration:
-                from pseudopairs.calibration import record
+                from pseudopairs.workflow.calibration import record
 
                 record(args.calibration, gpu_model=torch.cuda.get_device_name(),
                        rates={"features_images_per_s": round(best["pipeline_img_s"], 1)},

@@ -2,7 +2,7 @@
 # The GPU figures of docs/benchmarks.md and docs/cluster.md in one run on a lent GPU machine, from
 # the repository root: `bash benchmarks/gpu_figures.sh [GROUP...]`. Each group writes one log,
 # $OUT/GROUP.log (or /tmp/gpu_figures), and the measured rates go into $OUT/calibration.yaml
-# (pseudopairs.calibration; the file the SLURM requests read, docs/cluster.md).
+# (pseudopairs.workflow.calibration; the file the SLURM requests read, docs/cluster.md).
 #
 # Groups (default `goals`: every figure of the GPU goals in docs/benchmarks.md, ~14 min on an
 # H100/H200 by estimate, most of it start-up, warm-up and the separate trainers of the references;

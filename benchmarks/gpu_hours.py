@@ -1,5 +1,5 @@
 """The paper plan's GPU-hours: what its GPU jobs ask SLURM for against what they are estimated to
-use, both from one calibration file (pseudopairs.calibration; docs/cluster.md "GPU-hours").
+use, both from one calibration file (pseudopairs.workflow.calibration; docs/cluster.md "GPU-hours").
 
     .venv/bin/python benchmarks/gpu_hours.py [--calibration config/calibration/h100.yaml]
         [--estimate-with FILE] [--target all]
@@ -33,8 +33,8 @@ def main() -> int:
     parser.add_argument("--target", default="all")
     args = parser.parse_args()
 
-    from pseudopairs import calibration as cal
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow import calibration as cal
+    from pseudopairs.workflow.config import check_config, load_config
 
     with tempfile.TemporaryDirectory(prefix="pp-gpu-hours-") as tmp:
         tmp = Path(tmp)

@@ -71,7 +71,7 @@ def parse_args() -> argparse.Namespace:
                              "where the time beyond the GEMMs goes, host phases and device waits)")
     parser.add_argument("--calibration", default=None,
                         help="cuda: record the full job's time and each criterion's factor in this "
-                             "calibration file (pseudopairs.calibration; rates.mine_s, mine_criterion_factor)")
+                             "calibration file (pseudopairs.workflow.calibration; rates.mine_s, mine_criterion_factor)")
     return parser.parse_args()
 
 
@@ -304,7 +304,7 @@ def main() -> None:
                                                              f"(goal ≤ 1.5×)" if bare else "")
               + (" (goal ≤ 3 s on an H100)" if cuda else ""))
         if cuda and args.calibration:
-            from pseudopairs.calibration import record
+            from pseudopairs.workflow.calibration import record
 
             record(args.calibration, gpu_model=torch.cuda.get_device_name(),
                    rates={"mine_s": round(t_auto, 2),

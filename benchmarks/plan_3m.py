@@ -85,7 +85,7 @@ def imagefolder(folder: Path, n: int) -> None:
 def webdataset(folder: Path, work: Path, n: int, results: str) -> int:
     """Tiny shards, and the outputs of read_corpus and image_manifest for N samples in them."""
     from pseudopairs.data.manifest import file_manifest, write_manifest
-    from pseudopairs.io import write_parquet_atomic
+    from pseudopairs.core.io import write_parquet_atomic
 
     folder.mkdir(parents=True)
     n_shards = -(-n // SAMPLES_PER_SHARD)

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 def synthetic_index(out: Path, model, n: int, *, chunk: int = 65536, vectors: np.ndarray | None = None) -> None:
     """An index of ``n`` random unit vectors (or the rows of ``vectors``) for ``model`` (ids
     ``img{i}``), in the index format."""
-    from pseudopairs.io import write_json_atomic
+    from pseudopairs.core.io import write_json_atomic
     from pseudopairs.search.index import FORMAT, MANIFEST, part_name, write_part
 
     rng = np.random.default_rng(0)

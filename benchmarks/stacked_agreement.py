@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs.data.vocab import build_vocabulary
-from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
+from pseudopairs.core.io import CAPTION_COLUMNS, save_features, write_json_atomic
 from pseudopairs.model.job import RunSettings
 from pseudopairs.model.stack_training import train_stack
 from pseudopairs.model.training import train
-from pseudopairs.settings import resolve_device
+from pseudopairs.core.settings import resolve_device
 
 ATTRIBUTES = {
     "colour": (["red", "blue", "green", "yellow", "white", "black", "brown", "grey"],

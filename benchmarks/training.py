@@ -21,7 +21,7 @@ model-updates/s summed over the stack, per model, and the ratio stacked / separa
 ``--tf32`` lets float32 matrix products use TF32 on a GPU (both variants); ``--precision bf16``,
 ``--compile`` and ``--pinned`` turn on the stack's levers (``training.stack_precision``,
 ``stack_compile``, ``pinned_memory``); ``--calibration FILE`` records the rate for the SLURM
-requests (pseudopairs.calibration); ``--graphs`` runs the
+requests (pseudopairs.workflow.calibration); ``--graphs`` runs the
 stacked variant as the pipeline does on a GPU by default, each update a replayed CUDA graph
 (``training.cuda_graphs``). ``--profile K`` (with
 ``--stack``) then times K more stacked updates by phase (the trainers drawing their batches on the
@@ -44,7 +44,7 @@ from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stacked_up
 from pseudopairs.model.stack_graph import StaticStackUpdate
 from pseudopairs.model.training import LOSS_READBACK_EVERY, Trainer
 from pseudopairs.model.settings import TrainingSettings
-from pseudopairs.settings import resolve_device
+from pseudopairs.core.settings import resolve_device
 
 PRESETS = {
     "paper": {"embedding_dim": 300, "joint_dim": 1024, "batch_size": 128},
@@ -178,7 +178,7 @@ def stack_benchmark(args, preset: dict, device: torch.device, data) -> None:
           f">= 5 and >= 1,000 model-updates/s; levers: precision {args.precision}, compile {args.compile}, "
           f"pinned {args.pinned}, graphs {args.graphs}, tf32 {args.tf32})")
     if args.calibration and device.type == "cuda":
-        from pseudopairs.calibration import record
+        from pseudopairs.workflow.calibration import record
 
         table = "bf16" if args.precision == "bf16" else "tf32" if args.tf32 else "float32"
         record(args.calibration, gpu_model=torch.cuda.get_device_name(device),
@@ -267,7 +267,7 @@ def main() -> None:
                         help="(with --stack) skip the S separate trainers (only the stacked rate)")
     parser.add_argument("--calibration", default=None,
                         help="on CUDA: record the measured rate in this calibration file "
-                             "(pseudopairs.calibration: rates.train_updates_per_s)")
+                             "(pseudopairs.workflow.calibration: rates.train_updates_per_s)")
     parser.add_argument("--profile", type=int, default=0,
                         help="K >= 1 (with --stack): time K more stacked updates by phase and trace "
                              "them with torch.profiler")
@@ -331,7 +331,7 @@ def main() -> None:
         print(f"ratio by CPU time  : {cpu['bare'] / cpu['real']:8.3f}  (less sensitive to other "
               "processes on a shared CPU)")
     elif args.calibration:
-        from pseudopairs.calibration import record
+        from pseudopairs.workflow.calibration import record
 
         record(args.calibration, gpu_model=torch.cuda.get_device_name(device),
                rates={"train_updates_per_s": {"tf32" if args.tf32 else "float32": {1: round(real_rate, 1)}}},

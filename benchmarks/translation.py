@@ -39,7 +39,7 @@ from pseudopairs.translation import convert as CV
 from pseudopairs.translation import settings as TS
 from pseudopairs.translation import train as TR
 from pseudopairs.translation import translate as TL
-from pseudopairs.io import CAPTION_COLUMNS
+from pseudopairs.core.io import CAPTION_COLUMNS
 from pseudopairs.data.text import prepare_line
 from pseudopairs.world.generate import comparable_captions, parallel_caption
 from pseudopairs.world.scene import sample_scene

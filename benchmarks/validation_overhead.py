@@ -39,7 +39,7 @@ from pseudopairs.model.encoders import RankingModel  # noqa: E402
 from pseudopairs.model.inputs import load_data, run_vocabulary  # noqa: E402
 from pseudopairs.model.training import Trainer  # noqa: E402
 from pseudopairs.model.settings import TrainingSettings  # noqa: E402
-from pseudopairs.settings import resolve_device  # noqa: E402
+from pseudopairs.core.settings import resolve_device  # noqa: E402
 
 def validate_on_host(model, sets) -> float:
     """The pre-change validation: embeddings copied to the host, ranked there."""
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=300, help="updates before the timing")
     parser.add_argument("--calibration", default=None,
                         help="on CUDA: record one validation's seconds in this calibration file "
-                             "(pseudopairs.calibration: rates.validation_s)")
+                             "(pseudopairs.workflow.calibration: rates.validation_s)")
     parser.add_argument("--profile", action="store_true",
                         help="profile one more validation on the training device with cProfile")
     args = parser.parse_args()
@@ -134,7 +134,7 @@ def main() -> None:
     print(f"overhead per {args.validate_every} updates, now (device ranking, float32 candidates, state "
           f"every {args.resume_every} updates): {100 * after:6.1f} %  (goal <= 5 %)")
     if args.calibration and device.type == "cuda":
-        from pseudopairs.calibration import record
+        from pseudopairs.workflow.calibration import record
 
         record(args.calibration, gpu_model=torch.cuda.get_device_name(device),
                rates={"validation_s": round(on_device, 3)}, note="benchmarks/validation_overhead.py")

@@ -18,7 +18,7 @@ LANGS = ("en", "de", "fr", "cs")
 
 def shipped_config() -> dict:
     """config/experiments.yaml + config/config.yaml, checked (defaults filled, rounds expanded)."""
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow.config import check_config, load_config
 
     return check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml"))
 
@@ -72,7 +72,7 @@ def metrics(config: dict, name: str, seed: int) -> dict:
 def write_metrics(root: Path, config: dict, tables: list[str] | None = None) -> list[Path]:
     """Write the metrics.json of every experiment and seed the ``tables`` (default: all) show,
     under ``root`` as the workflow lays them out; returns the paths."""
-    from pseudopairs import layout
+    from pseudopairs.core import layout
     from pseudopairs.report.contract import table_spec
 
     written = []

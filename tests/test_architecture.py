@@ -17,9 +17,11 @@ import pytest
 import yaml
 
 from conftest import REPO, snakemake_exe
-from pseudopairs.config import check_config, load_config
+from pseudopairs.workflow.config import check_config, load_config
 
 SRC = REPO / "src" / "pseudopairs"
+# the packages beside the stages: the ground they stand on, and the workflow that plans them
+SHARED_PACKAGES = ("core", "workflow")
 STAGES = ("data", "features", "model", "evaluation", "mining", "translation", "search", "report")
 
 
@@ -152,8 +154,10 @@ def test_no_stage_imports_a_later_stage():
 
 def _stage(module: str) -> str | None:
     """The stage package of a module (``pseudopairs.model.contract`` -> ``model``), None for the
-    shared top-level modules (``pseudopairs.experiments``, ``pseudopairs.layout`` …)."""
+    shared top-level modules (``pseudopairs.data.experiments``, ``pseudopairs.core.layout`` …)."""
     parts = module.split(".")
+    if len(parts) > 1 and parts[1] in SHARED_PACKAGES:
+        return None
     return parts[1] if len(parts) > 2 or (SRC / parts[-1]).is_dir() else None
 
 
@@ -170,11 +174,11 @@ def _reached(edges: dict[str, set[str]], start: str) -> set[str]:
 
 def test_each_stage_owns_its_contract_and_none_imports_a_later_stage():
     """Each stage's contract (its specs, inputs and ``check``) is one module of its package,
-    listed once in DAG order in ``pseudopairs.config.CONTRACTS``; what a contract imports, also
-    through shared modules such as ``pseudopairs.experiments``, belongs to its own or an earlier
+    listed once in DAG order in ``pseudopairs.workflow.config.CONTRACTS``; what a contract imports, also
+    through shared modules such as ``pseudopairs.data.experiments``, belongs to its own or an earlier
     stage (the evaluation contract never loads the report stage, the data contract no other
     stage)."""
-    from pseudopairs.config import CONTRACTS
+    from pseudopairs.workflow.config import CONTRACTS
 
     edges = import_graph()
     on_disk = sorted(m for m in edges if m.endswith(".contract"))
@@ -190,12 +194,12 @@ def test_each_stage_owns_its_contract_and_none_imports_a_later_stage():
 
 
 def test_config_runs_the_contracts_and_imports_no_stage():
-    """``pseudopairs.config`` keeps layering, schema validation and the orchestration of the
+    """``pseudopairs.workflow.config`` keeps layering, schema validation and the orchestration of the
     stages' checks: it imports no stage module, at module level or inside a function (the
     contracts are loaded by name from ``CONTRACTS``), and a stage's check runs through it."""
     edges = import_graph()
-    assert not [m for m in edges["pseudopairs.config"] if _stage(m)], edges["pseudopairs.config"]
-    tree = ast.parse((SRC / "config.py").read_text(encoding="utf-8"))
+    assert not [m for m in edges["pseudopairs.workflow.config"] if _stage(m)], edges["pseudopairs.workflow.config"]
+    tree = ast.parse((SRC / "workflow" / "config.py").read_text(encoding="utf-8"))
     in_functions = [f"{fn.name}:{node.lineno}" for fn in ast.walk(tree)
                     if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
                     for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -215,7 +219,7 @@ def test_only_the_command_line_imports_the_command_line():
     edges = import_graph()
     offenders = sorted(m for m, targets in edges.items() if "pseudopairs.cli" in targets)
     assert offenders == ["pseudopairs.__main__"], f"modules that import pseudopairs.cli: {offenders}"
-    assert edges["pseudopairs.commands"] <= {"pseudopairs.io"}, edges["pseudopairs.commands"]
+    assert edges["pseudopairs.commands"] <= {"pseudopairs.core.io"}, edges["pseudopairs.commands"]
 
 
 def test_the_public_names_other_checks_call_are_importable():
@@ -333,3 +337,20 @@ use rule * from pseudopairs as pp_*
                          capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert len((host / "results" / "world" / "parallel" / "val.de").read_text().splitlines()) == 5
+
+
+def test_the_top_level_is_the_api_the_stages_and_two_shared_packages():
+    """The package's face (issue 44): the public API and the command line at the top, the stages,
+    ``core`` (what every stage stands on: it imports no stage and no workflow module) and
+    ``workflow`` (what the Snakefile plans with: of the stages only the report (plans, rounds) and
+    the search stage (the export reads the run's configuration) import it)."""
+    top = sorted(p.stem for p in SRC.glob("*.py"))
+    assert top == ["__init__", "__main__", "cli", "commands"], top
+    edges = import_graph()
+    core_out = sorted({t for m, ts in edges.items() if m.startswith("pseudopairs.core.")
+                       for t in ts if not t.startswith("pseudopairs.core")})
+    assert core_out == [], core_out
+    into_workflow = sorted({m.split(".")[1] for m, ts in edges.items()
+                            if not m.startswith("pseudopairs.workflow") and m.count(".") >= 1
+                            and any(t.startswith("pseudopairs.workflow.") for t in ts)})
+    assert into_workflow == ["report", "search"], into_workflow

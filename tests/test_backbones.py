@@ -16,7 +16,7 @@ from pseudopairs.features import backbones
 from pseudopairs.features import extract as F
 from pseudopairs.features import network as N
 from pseudopairs.features.settings import FeatureSettings
-from pseudopairs.io import check_feature_files, feature_backbone, load_features, save_features
+from pseudopairs.core.io import check_feature_files, feature_backbone, load_features, save_features
 
 torch.set_num_threads(1)
 

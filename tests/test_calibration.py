@@ -1,6 +1,6 @@
-"""SLURM asks what runs use: the calibration file of measured GPU rates (pseudopairs.calibration)
+"""SLURM asks what runs use: the calibration file of measured GPU rates (pseudopairs.workflow.calibration)
 turns each GPU job kind's work into a walltime and a memory request, the resources of every rule
-come from one module (pseudopairs.cluster), and a dry run's GPU-hours are summed against the
+come from one module (pseudopairs.workflow.cluster), and a dry run's GPU-hours are summed against the
 estimate. Numbers below are worked by hand from the shipped files."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from pseudopairs import calibration as cal
-from pseudopairs.cluster import ClusterResources, capped, walltime
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow import calibration as cal
+from pseudopairs.workflow.cluster import ClusterResources, capped, walltime
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 
 H100 = REPO / "config" / "calibration" / "h100.yaml"
 H200 = REPO / "config" / "calibration" / "h200.yaml"
@@ -164,7 +164,7 @@ def test_a_dry_runs_gpu_hours_against_the_estimate_by_hand():
         cal.plan_gpu_hours([cal.PlannedJob("pretrain_mystery", None, 1, 10)], h100, config)
 
 
-# ---- pseudopairs.cluster: the resources of a rule, without Snakemake ------------------------------
+# ---- pseudopairs.workflow.cluster: the resources of a rule, without Snakemake ------------------------------
 
 RESOURCES = {"gpu": 1, "mem_mb": {"default": 2000, "train": 3000}, "runtime": {"default": 30, "train": 25, "evaluate": 8},
              "runtime_cap": 100,
@@ -214,7 +214,7 @@ def test_walltime_and_capped_agree():
 
 
 def test_common_smk_holds_no_resource_logic():
-    """The rules' resources come from pseudopairs.cluster: common.smk binds its two functions and
+    """The rules' resources come from pseudopairs.workflow.cluster: common.smk binds its two functions and
     defines none of mem_mb / runtime / placement / job_resources / stack_resources itself."""
     text = (REPO / "workflow" / "rules" / "common.smk").read_text()
     assert "job_resources, stack_resources = cluster.rule_resources(config)" in text
@@ -226,7 +226,7 @@ def test_common_smk_holds_no_resource_logic():
 def test_the_demo_asks_what_it_asked_before(tmp_path):
     """The demo (config/config.yaml: no calibration, no GPU) keeps its requests: resources.runtime
     × the models of a stack, resources.mem_mb, no GPU (the same as before the resources moved into
-    pseudopairs.cluster; the whole dry run compared equal when they moved)."""
+    pseudopairs.workflow.cluster; the whole dry run compared equal when they moved)."""
     from snakemake.iocontainers import InputFiles, Wildcards
 
     from test_cluster import parsed_workflow

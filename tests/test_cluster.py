@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from pseudopairs.config import ConfigError, check_config, coerce_config_strings, load_config, load_schema
-from pseudopairs.dryrun import listed_jobs
+from pseudopairs.workflow.config import ConfigError, check_config, coerce_config_strings, load_config, load_schema
+from pseudopairs.workflow.dryrun import listed_jobs
 
 PAPER = REPO / "config" / "paper.yaml"
 SLURM_PROFILE = REPO / "profiles" / "slurm"
@@ -77,7 +77,7 @@ def paper_slurm_dry_run(tmp_path_factory) -> str:
 def paper_models() -> int:
     """Models (experiment x seed) of every table of config/paper.yaml, each at the seeds of the
     tables that show it (paper 004's tables: ten)."""
-    from pseudopairs import experiments as ex
+    from pseudopairs.data import experiments as ex
 
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER))
     return sum(len(seeds) for seeds in ex.shown_models(config).values())
@@ -545,7 +545,7 @@ exec "$@"
 
 
 def test_walltime_caps_a_rule_alone_and_shares_the_cap_within_a_group():
-    from pseudopairs.cluster import walltime
+    from pseudopairs.workflow.cluster import walltime
 
     runtimes = {"default": 60, "train": 120, "evaluate": 20, "features": 240}
     assert [walltime(runtimes, "features", a, cap=300) for a in (1, 2, 3)] == [240, 300, 300]
@@ -613,7 +613,7 @@ def test_the_paper_plan_asks_at_most_twice_its_estimated_gpu_hours(paper_slurm_d
     rates, and not less than it (it asked 437 GPU-hours for ~30 before the calibration). Also for
     a site whose GPUs are H200s that keeps the shipped H100 file: the same requests against the
     H200's smaller estimate."""
-    from pseudopairs import calibration as cal
+    from pseudopairs.workflow import calibration as cal
 
     config = check_config(load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml", PAPER))
     jobs = cal.dry_run_jobs(paper_slurm_dry_run)
@@ -669,7 +669,7 @@ def test_a_cpu_device_asks_no_gpu_and_cpu_walltimes(tmp_path):
 
 
 def test_a_gpu_index_a_job_does_not_have_is_refused_naming_its_key():
-    from pseudopairs.cluster import device_errors
+    from pseudopairs.workflow.cluster import device_errors
 
     config = {"resources": {"gpu": 1}, "features": {"device": "cuda:1"}, "training": {"device": "cuda:0"},
               "mining": {"device": "cuda"}, "translation": {"translate": {"device": "cpu"}}}

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 
 
 def shipped(name: str) -> dict:
@@ -134,7 +134,7 @@ def assert_refused(mutate, message):
 
 
 # What the settings classes document as valid, the config checks accept (the schema's settings
-# sections are generated from the classes: pseudopairs.settings.expand_schema).
+# sections are generated from the classes: pseudopairs.core.settings.expand_schema).
 @pytest.mark.parametrize("mutate", [
     lambda c: c["training"].update(grad_clip=0),            # "0 = none"
     lambda c: c["training"].update(device="cuda:1"),        # "auto | cpu | cuda | cuda:N"
@@ -273,7 +273,7 @@ def test_a_configfile_with_a_few_keys_layers_over_the_defaults(tmp_path):
 def test_a_key_given_twice_in_a_config_file_is_refused_naming_file_line_and_key(tmp_path):
     """YAML keeps the last of two equal keys silently: a site file with ``paper_data:`` twice
     lost the first block. Both the package's reader and the workflow refuse it."""
-    from pseudopairs.config import read_config_file
+    from pseudopairs.workflow.config import read_config_file
 
     site = tmp_path / "site.yaml"
     site.write_text("paper_data:\n  flickr30k_images: /data/a\nresources:\n  gpu: 1\n"

@@ -20,7 +20,7 @@ from pandas.testing import assert_frame_equal
 
 from conftest import REPO
 from pseudopairs import cli
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 from pseudopairs.data import corpora
 from pseudopairs.data.generic import CorpusError, read_corpus
 from pseudopairs.world import generate
@@ -53,7 +53,7 @@ def _builtin(world: Path, corpus: str, split: str, lang: str | None = None) -> p
 
 
 def test_the_kinds_are_one_registry_the_schema_and_the_docs_read():
-    from pseudopairs.config import load_schema
+    from pseudopairs.workflow.config import load_schema
 
     kinds = corpora.CORPUS_KINDS.names()
     assert kinds == ["imagefolder", "webdataset", "world", "multi30k_task2", "multi30k_task1", "coco_karpathy"]

@@ -1,7 +1,7 @@
 """No silent CPU fallback: a job that a scheduler gave a GPU (or that asks for cuda) and whose
 torch sees none fails at once with one line naming the driver, the container's --nv and the CUDA
 build, before any work — through the one device resolver every stage uses
-(pseudopairs.settings.resolve_device). This CPU-only machine is such a node once SLURM_JOB_GPUS
+(pseudopairs.core.settings.resolve_device). This CPU-only machine is such a node once SLURM_JOB_GPUS
 is set."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, run_settings
 from pseudopairs import cli
-from pseudopairs.settings import NoGPUError, gpu_job, resolve_device
+from pseudopairs.core.settings import NoGPUError, gpu_job, resolve_device
 
 CUDA13 = lambda: "torch 2.14.1+cu130 (CUDA 13.0 build)"  # noqa: E731
 CPU_BUILD = lambda: "torch 2.14.1+cpu (a CPU-only build: no CUDA)"  # noqa: E731
@@ -61,7 +61,7 @@ def test_cpu_jobs_and_asked_for_cpu_are_left_alone():
 def gpu_node_without_gpu(monkeypatch):
     """This process as a SLURM GPU job on a node whose torch sees no GPU (this machine has none)."""
     monkeypatch.setenv("SLURM_JOB_GPUS", "0")
-    monkeypatch.setattr("pseudopairs.settings._torch_cuda_count", NONE)
+    monkeypatch.setattr("pseudopairs.core.settings._torch_cuda_count", NONE)
 
 
 _JOB = ('{"experiment": "e", "device": "auto", "threads": 1, "data": {"captions": "c.parquet", '
@@ -125,14 +125,14 @@ def test_features_and_mining_resolve_through_the_same_check(gpu_node_without_gpu
 
 
 def test_no_stage_picks_its_device_by_itself():
-    """Every stage resolves its device through pseudopairs.settings.resolve_device: nothing else
+    """Every stage resolves its device through pseudopairs.core.settings.resolve_device: nothing else
     in the package asks torch.cuda.is_available() to choose one (the RNG state of a checkpoint
     is not a device choice)."""
     offenders = []
     for path in sorted((REPO / "src" / "pseudopairs").rglob("*.py")):
-        if path.name == "settings.py" and path.parent.name == "pseudopairs":
+        if path.name == "settings.py" and path.parent.name == "core":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("cuda.is_available"):
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert offenders == ["src/pseudopairs/model/checkpoints.py:74", "src/pseudopairs/model/checkpoints.py:85"]
+    assert offenders == ["src/pseudopairs/model/checkpoints.py:77", "src/pseudopairs/model/checkpoints.py:88"]

@@ -77,7 +77,7 @@ CREATED = {"envs/steps.conda-lock.yml"}   # profiles/README.md: written by its `
 
 
 def named_modules(doc: Path) -> set[str]:
-    """Dotted names of the package a document's code spans name (``pseudopairs.io.read_captions``);
+    """Dotted names of the package a document's code spans name (``pseudopairs.core.io.read_captions``);
     file names that start with the package's name (``pseudopairs.sif``) are not module names."""
     spans = CODE_SPAN.findall(FENCE.sub("", doc.read_text(encoding="utf-8")))
     names = {m for span in spans for m in re.findall(r"(?<![\w/.-])pseudopairs(?:\.\w+)+", span)}
@@ -107,12 +107,12 @@ def test_every_module_and_object_the_docs_name_exists(doc):
 
 def test_the_path_finder_sees_spans_blocks_links_and_braces(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("`src/pseudopairs/io.py`, `--configfile config/paper.yaml site.yaml`, "
+    doc.write_text("`src/pseudopairs/core/io.py`, `--configfile config/paper.yaml site.yaml`, "
                    "`profiles/{local,slurm}/`, `results/table5.csv`, `src/a/NAME.py`, "
                    "[a](../README.md#x), [b](https://example.org/src/x)\n"
                    "```bash\n.venv/bin/python benchmarks/features.py  # x\n```\n")
     paths = named_paths(doc)
-    assert {"src/pseudopairs/io.py", "config/paper.yaml", "profiles/local/", "profiles/slurm/",
+    assert {"src/pseudopairs/core/io.py", "config/paper.yaml", "profiles/local/", "profiles/slurm/",
             "benchmarks/features.py"} <= paths
     assert not any(p.startswith("results/") or "NAME" in p or "example" in p for p in paths)
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from conftest import REPO
-from pseudopairs import experiments as ex
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.data import experiments as ex
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 from pseudopairs.data import contract as data_contract
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.mining import contract as mining_contract

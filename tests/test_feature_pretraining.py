@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from conftest import REPO
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 from pseudopairs.features import pretraining as P
 from pseudopairs.features.network import FEATURE_DIMS, build_model
 from pseudopairs.features.settings import FeatureSettings
-from pseudopairs.settings import SettingsError
+from pseudopairs.core.settings import SettingsError
 from pseudopairs.world.scene import Scene
 from pseudopairs.world.settings import SceneSettings
 

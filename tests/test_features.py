@@ -15,7 +15,7 @@ from PIL import Image
 
 from pseudopairs.features import extract as F
 from pseudopairs.features import network as N
-from pseudopairs.io import load_features
+from pseudopairs.core.io import load_features
 
 torch.set_num_threads(1)
 
@@ -322,7 +322,7 @@ def test_captions_of_skipped_images_are_dropped_downstream(tmp_path, fmt):
     (data.load_caption_set, hence c2i/c2c) and in evaluation (metrics.caption_rows), and every
     remaining caption points at its own image's feature row."""
     from pseudopairs.model.batches import c2c_pairs, load_caption_set
-    from pseudopairs.io import read_captions
+    from pseudopairs.core.io import read_captions
     from pseudopairs.evaluation.step import caption_rows
     from pseudopairs.data.vocab import build_vocabulary
 

@@ -1,4 +1,4 @@
-"""Typed jobs (pseudopairs.jobs): one nested object per job from the config to the step, its
+"""Typed jobs (pseudopairs.core.jobs): one nested object per job from the config to the step, its
 threads and device the experiment's own, one device notion for every stage."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from conftest import REPO, run_snakemake
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 from pseudopairs.evaluation import contract as evaluation_contract
 from pseudopairs.evaluation.job import EvaluationJob
-from pseudopairs.jobs import Job, JobError
+from pseudopairs.core.jobs import Job, JobError
 from pseudopairs.mining import contract as mining_contract
 from pseudopairs.mining.job import MiningJob
 from pseudopairs.mining.settings import MiningSettings
 from pseudopairs.model.job import RunSettings
-from pseudopairs.settings import SettingsError, resolve_device
+from pseudopairs.core.settings import SettingsError, resolve_device
 
 
 def demo() -> dict:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from pseudopairs.config import check_config, load_config
+from pseudopairs.workflow.config import check_config, load_config
 from pseudopairs.report.contract import method_check_inputs, method_check_spec
 from pseudopairs.report.method_check import (markdown_method_check, markdown_training_runs, method_check,
                                              training_runs, welch_t)

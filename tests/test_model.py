@@ -13,7 +13,7 @@ import torch
 
 from pseudopairs.model.batches import (BatchStream, C2CData, C2IData, TaskSampler, TokenTable, c2c_pairs,
                               load_caption_set)
-from pseudopairs.io import save_features
+from pseudopairs.core.io import save_features
 from pseudopairs.model import RankingModel, contrastive_loss
 from pseudopairs.data.vocab import build_vocabulary
 

@@ -185,7 +185,7 @@ def test_the_demo_declares_figure_3_for_table_2():
 
 
 def test_a_bad_figure_declaration_is_refused_naming_the_key():
-    from pseudopairs.config import ConfigError, check_config, load_schema
+    from pseudopairs.workflow.config import ConfigError, check_config, load_schema
 
     config = copy.deepcopy(demo())
     config["tables"]["table_smalr2"]["parameters_figure"]["reference"]["experiment"] = "t_multi"

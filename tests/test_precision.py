@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from pseudopairs.io import PAIR_COLUMNS
+from pseudopairs.core.io import PAIR_COLUMNS
 from pseudopairs.mining.precision import PRECISION_STATISTICS, judge_caption, pseudopair_precision
 from pseudopairs.mining.statistics import pseudopair_statistics, pseudopair_statistics_reference
 from pseudopairs.world import generate

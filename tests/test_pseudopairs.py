@@ -19,7 +19,7 @@ from pseudopairs.model import checkpoints, encode
 from pseudopairs.report.figures import choose_examples, pseudopair_figure
 from pseudopairs.mining.statistics import (image_agreement, pseudopair_statistics, pseudopair_statistics_reference,
                                            run_statistics, transferred_jaccard)
-from pseudopairs.io import PAIR_COLUMNS, read_pairs
+from pseudopairs.core.io import PAIR_COLUMNS, read_pairs
 from pseudopairs.mining.job import MiningJob
 from pseudopairs.mining.step import mine_pseudopairs, percentile_filter, pseudopair_caption_table
 from pseudopairs.data.vocab import Vocabulary

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from pseudopairs import cli
-from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS
+from pseudopairs.core.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS
 from pseudopairs.data.readers import (
     multi30k_image_table,
     read_coco_karpathy,

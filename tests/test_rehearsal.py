@@ -19,7 +19,7 @@ from conftest import REPO, run_snakemake
 from pseudopairs.data.readers import read_coco_karpathy
 from pseudopairs.rehearsal import data, summary
 from pseudopairs.rehearsal.settings import RehearsalSettings
-from pseudopairs.settings import SettingsError
+from pseudopairs.core.settings import SettingsError
 
 
 def _gz(path: Path, lines: list[str]) -> None:

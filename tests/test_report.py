@@ -338,7 +338,7 @@ def test_the_workflow_description_names_the_feature_network_of_the_config_in_use
     from jinja2 import Environment
     from report_fixture import REPO, shipped_config
 
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow.config import check_config, load_config
 
     template = Environment(trim_blocks=True, lstrip_blocks=True).from_string(
         (REPO / "workflow" / "report" / "workflow.rst").read_text(encoding="utf-8"))

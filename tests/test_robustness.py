@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, run_snakemake
 from pseudopairs import cli
-from pseudopairs.io import UnreadableFileError, check_caption_texts, load_features, save_features
+from pseudopairs.core.io import UnreadableFileError, check_caption_texts, load_features, save_features
 
 PLACEHOLDER = re.compile(r"(?<!\{)\{([^{}]+)\}(?!\})")
 
@@ -95,7 +95,7 @@ def test_truncated_feature_file_is_one_line_naming_it(tmp_path):
 
 
 def _pairs(path: Path) -> Path:
-    from pseudopairs.io import PAIR_COLUMNS
+    from pseudopairs.core.io import PAIR_COLUMNS
 
     row = {c: "x" for c in PAIR_COLUMNS}
     row.update(query_caption_idx=0, match_row=0, match_caption_idx=0, similarity=0.5, score=0.5)
@@ -184,7 +184,7 @@ def test_a_criterion_k_beyond_the_data_fails_at_dag_time(tmp_path):
 def test_an_unchanged_table_keeps_its_file_and_time(tmp_path):
     """write_parquet_if_changed: the same content leaves the file (and its modification time)
     as it was and no temporary beside it; other content replaces it."""
-    from pseudopairs.io import write_parquet_if_changed
+    from pseudopairs.core.io import write_parquet_if_changed
 
     path = tmp_path / "images.parquet"
     frame = pd.DataFrame({"image_id": ["a", "b"], "path": ["a.png", "b.png"]})

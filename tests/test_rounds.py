@@ -15,10 +15,10 @@ import pytest
 from PIL import Image
 
 from conftest import REPO, run_snakemake
-from pseudopairs import layout
-from pseudopairs import rounds as chains
-from pseudopairs.config import ConfigError, check_config, load_config
-from pseudopairs.io import PAIR_COLUMNS
+from pseudopairs.core import layout
+from pseudopairs.workflow import rounds as chains
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
+from pseudopairs.core.io import PAIR_COLUMNS
 from pseudopairs.report import rounds_summary as report_rounds
 from test_workflow import job_block, job_counts, model_counts
 

@@ -15,12 +15,12 @@ import torch
 
 import pseudopairs.model.training as training
 from conftest import REPO, run_snakemake, run_settings
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 from pseudopairs.data.contract import dataset_files
-from pseudopairs.experiments import uses_pseudopairs
+from pseudopairs.data.experiments import uses_pseudopairs
 from pseudopairs.mining import contract as mining_contract
 from pseudopairs.model.contract import training_langs
-from pseudopairs.io import read_pairs
+from pseudopairs.core.io import read_pairs
 from pseudopairs.mining.statistics import pseudopair_statistics
 from pseudopairs.mining.step import mine_pseudopairs, pseudopair_caption_table
 from pseudopairs.report.pseudopair_stats import panels

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from conftest import REPO, run_snakemake
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.manifest import image_manifest, refresh_manifest, write_manifest
 
 PAPER = REPO / "config" / "paper.yaml"
@@ -224,7 +224,7 @@ def test_each_caption_table_is_read_once_per_parse_and_again_when_it_changes(tmp
     and database (dozens of lookups, 566K-row tables at the paper's size); each table is read
     once, and again only when it changes."""
     from pseudopairs.data import contract as data
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow.config import check_config, load_config
 
     monkeypatch.chdir(tmp_path)
     tables = {}
@@ -307,7 +307,7 @@ def test_a_truncated_jpeg_is_one_line_naming_it_or_a_listed_skip(tmp_path, capsy
     assert code == 0
     table = pd.read_csv(skipped, sep="\t", dtype=str)
     assert table["image_id"].tolist() == ["1003"] and table["path"].tolist() == [str(bad)]
-    from pseudopairs.io import load_features
+    from pseudopairs.core.io import load_features
 
     assert load_features(out)[0] == ["1000", "1001", "1002", "1004"]
     assert "1 skipped" in caplog.text + captured.out + captured.err

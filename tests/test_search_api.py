@@ -34,7 +34,7 @@ def evaluation(tiny_run):  # noqa: F811
     """The evaluation step's embeddings of the test split, computed as it computes them (the
     checkpoint, the prepared captions, the stored features), and the raw captions and image files."""
     from pseudopairs.evaluation.step import caption_subset
-    from pseudopairs.io import load_features, read_captions
+    from pseudopairs.core.io import load_features, read_captions
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.model.encode import encode_captions_texts, encode_image_features
     from pseudopairs.model.text_encoders import load_vocabulary
@@ -153,7 +153,7 @@ def test_paths_bytes_and_pil_images_encode_alike(model, evaluation):
 
 
 def test_not_an_image_is_named(model, evaluation, tmp_path):
-    from pseudopairs.io import UnreadableFileError
+    from pseudopairs.core.io import UnreadableFileError
 
     bad = tmp_path / "notes.png"
     bad.write_text("not an image")

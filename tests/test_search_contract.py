@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from conftest import REPO
-from pseudopairs.config import ConfigError, check_config, load_config, load_schema
+from pseudopairs.workflow.config import ConfigError, check_config, load_config, load_schema
 from pseudopairs.search import contract
 
 DEMO = load_config(REPO / "config" / "experiments.yaml", REPO / "config" / "config.yaml")

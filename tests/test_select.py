@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from pseudopairs.config import check_config, load_config
+from pseudopairs.workflow.config import check_config, load_config
 from pseudopairs.data.contract import dataset_files
 from pseudopairs.data.select import check_select, image_subset, sample_captions, select_captions
-from pseudopairs.io import CAPTION_COLUMNS
+from pseudopairs.core.io import CAPTION_COLUMNS
 
 
 def table(n_images=10, per_image=5, langs=("en", "de")):

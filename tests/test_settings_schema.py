@@ -1,5 +1,5 @@
 """One declaration per setting: the config schema's settings sections are generated from the
-settings classes (``x-settings`` nodes, :func:`pseudopairs.settings.expand_schema`), every
+settings classes (``x-settings`` nodes, :func:`pseudopairs.core.settings.expand_schema`), every
 settings class is a section of the schema, and the generated schema accepts exactly what the
 class accepts, field by field (kind, range with its open or closed ends, choices, null, default)."""
 
@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from pseudopairs.config import SCHEMA_PATH, load_schema
-from pseudopairs.settings import SCHEMA_KEY, Settings, SettingsError, check_value, expand_schema
+from pseudopairs.workflow.config import SCHEMA_PATH, load_schema
+from pseudopairs.core.settings import SCHEMA_KEY, Settings, SettingsError, check_value, expand_schema
 
 SRC = REPO / "src" / "pseudopairs"
 

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import paper_dry_run, run_snakemake
 from pseudopairs import cli
-from pseudopairs.config import ConfigError, check_config, load_schema
-from pseudopairs.io import CAPTION_COLUMNS
+from pseudopairs.workflow.config import ConfigError, check_config, load_schema
+from pseudopairs.core.io import CAPTION_COLUMNS
 from pseudopairs.model import contract as model_contract
 from pseudopairs.smalr import augment_contract, clc_contract
 from pseudopairs.smalr.augment import augmented_table
@@ -131,7 +131,7 @@ def test_002s_rows_train_on_the_augmented_set_and_the_dagger_rows_on_the_transla
 
 
 def _errors(config):
-    from pseudopairs.config import contract_errors
+    from pseudopairs.workflow.config import contract_errors
     return contract_errors(config)
 
 

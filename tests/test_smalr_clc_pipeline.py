@@ -124,7 +124,7 @@ def test_world_parallel_text_in_four_languages_extends_the_en_de_pairs(tmp_path)
 
 
 def test_corpus_parallel_text_pairs_captions_by_image(tmp_path):
-    from pseudopairs.io import write_parquet_atomic
+    from pseudopairs.core.io import write_parquet_atomic
     frame = pd.DataFrame({"dataset": "m30k_task1", "split": "train",
                           "image_id": ["i2", "i1", "i1", "i2"], "lang": ["en", "en", "fr", "fr"],
                           "caption_idx": [0, 0, 0, 0], "raw": ["B", "A", "a-fr", "b-fr"],
@@ -170,7 +170,7 @@ def test_table_2_clc_rows_are_the_papers_numbers():
 
 
 def test_config_errors_name_the_key():
-    from pseudopairs.config import contract_errors
+    from pseudopairs.workflow.config import contract_errors
     config = demo()
     rows = config["tables"]["table_smalr2"]["rows"]
     k = next(i for i, row in enumerate(rows) if row.get("clc"))

@@ -17,11 +17,11 @@ import pytest
 
 from conftest import paper_dry_run
 from pseudopairs import cli
-from pseudopairs.config import ConfigError, check_config, load_schema
+from pseudopairs.workflow.config import ConfigError, check_config, load_schema
 from pseudopairs.data import download
 from pseudopairs.data.download import ChecksumError, fetch
-from pseudopairs.io import CAPTION_COLUMNS
-from pseudopairs.settings import SettingsError
+from pseudopairs.core.io import CAPTION_COLUMNS
+from pseudopairs.core.settings import SettingsError
 from pseudopairs.model import smalr_contract as specs
 from pseudopairs.smalr.fasttext import read_vec
 from pseudopairs.smalr.settings import PUBLISHED_FASTTEXT_URL, FastTextSettings

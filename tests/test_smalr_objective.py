@@ -14,7 +14,7 @@ import torch
 import pseudopairs.model.smalr_objective as smalr_objective
 from pseudopairs.model.objectives import OBJECTIVES
 from pseudopairs.model.smalr_objective import Encoded, SmalrHeads, smalr_terms, total_loss
-from pseudopairs.settings import SettingsError
+from pseudopairs.core.settings import SettingsError
 from pseudopairs.smalr.constraints import image_sentence_loss
 from pseudopairs.smalr.mclm import mclm_all_pairs
 from test_text_encoders import _hem_world

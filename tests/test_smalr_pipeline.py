@@ -12,7 +12,7 @@ import torch
 
 from conftest import paper_dry_run, run_snakemake, run_settings
 from pseudopairs.model import contract as ex
-from pseudopairs.io import read_captions
+from pseudopairs.core.io import read_captions
 from pseudopairs.model import training
 from pseudopairs.model.text_encoders import load_vocabulary
 from pseudopairs.smalr import paper
@@ -116,7 +116,7 @@ def test_hem_experiments_read_the_steps_outputs_and_others_are_unchanged():
 
 
 def test_a_bad_hem_override_names_its_key():
-    from pseudopairs.config import check_config
+    from pseudopairs.workflow.config import check_config
     config = copy.deepcopy(demo())
     config["experiments"]["smalr"]["hem"] = {"pca_dim": 0}
     with pytest.raises(Exception, match=r"experiments.smalr.hem.*pca_dim|hem.pca_dim"):

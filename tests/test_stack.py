@@ -394,8 +394,8 @@ def _stack_commands(output: str) -> dict[str, str]:
 
 
 def test_blocks_follow_the_seed_numbers_and_the_models_the_outputs_need():
-    from pseudopairs import stacks as ex
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow import stacks as ex
+    from pseudopairs.workflow.config import check_config, load_config
     from conftest import REPO
 
     assert [ex.stack_index(s, [3]) for s in range(1, 8)] == [0, 0, 0, 1, 1, 1, 2]

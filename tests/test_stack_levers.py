@@ -17,7 +17,7 @@ from pseudopairs.model.settings import TrainingSettings
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stacked_update
 from pseudopairs.model.stack_graph import PinnedStaging, StaticStackUpdate
 from pseudopairs.model.stacked_gru import stacked_gru
-from pseudopairs.settings import SettingsError
+from pseudopairs.core.settings import SettingsError
 from test_stack import _models, _tokens
 from test_stack_graph import _batches
 

@@ -33,7 +33,7 @@ import pytest
 from pseudopairs.data import text as T
 from pseudopairs.data import text_step
 from pseudopairs.data import vocab as V
-from pseudopairs.io import CAPTION_COLUMNS, RAW_CAPTION_COLUMNS
+from pseudopairs.core.io import CAPTION_COLUMNS, RAW_CAPTION_COLUMNS
 
 DATA = Path(__file__).parent / "data" / "text"
 

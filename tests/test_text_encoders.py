@@ -15,14 +15,14 @@ import torch
 
 import pseudopairs.model.training as training
 from pseudopairs.model import contract as ex
-from pseudopairs.config import check_config
+from pseudopairs.workflow.config import check_config
 from pseudopairs.data.vocab import build_vocabulary
-from pseudopairs.io import read_captions, write_json_atomic
+from pseudopairs.core.io import read_captions, write_json_atomic
 from pseudopairs.model import checkpoints, encode
 from pseudopairs.model.encoders import RankingModel
 from pseudopairs.model.text_encoders import (HEM_INIT_FORMAT, TEXT_ENCODERS, language_view,
                                              load_vocabulary, parameter_counts, read_hem_init)
-from pseudopairs.settings import SettingsError
+from pseudopairs.core.settings import SettingsError
 from pseudopairs.smalr.hem import HybridVocabulary
 from test_experiments import demo
 from test_training import SETTINGS, _world
@@ -202,7 +202,7 @@ def test_a_hem_run_trains_saves_and_evaluates(tmp_path):
     # the metrics are those of the model's own encodings: every caption encoded alone through
     # its language's view, the images' features through the image encoder, ranked exactly
     from pseudopairs.evaluation import retrieval_metrics
-    from pseudopairs.io import load_features
+    from pseudopairs.core.io import load_features
 
     image_ids, features = load_features(val_feats)
     row_of = {image_id: r for r, image_id in enumerate(image_ids)}

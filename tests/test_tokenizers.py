@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, run_snakemake
-from pseudopairs.config import ConfigError, check_config, load_config
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
 from pseudopairs.data import text as T
 from pseudopairs.data import text_contract, text_step
 from pseudopairs.data import tokenizers as K
-from pseudopairs.io import RAW_CAPTION_COLUMNS
+from pseudopairs.core.io import RAW_CAPTION_COLUMNS
 
 JAPANESE = [
     "二匹の犬が公園で遊んでいる。",

@@ -15,7 +15,7 @@ import torch
 
 import pseudopairs.model.training as training
 from pseudopairs.model import checkpoints, encode, updates
-from pseudopairs.io import CAPTION_COLUMNS, save_features, write_json_atomic
+from pseudopairs.core.io import CAPTION_COLUMNS, save_features, write_json_atomic
 from pseudopairs.data.vocab import build_vocabulary
 
 torch.set_num_threads(1)
@@ -138,7 +138,7 @@ def test_training_writes_checkpoint_and_log(world, tmp_path):
     assert meta["spec"]["experiment"] == "en_de_c2c"
     # The encoders used by evaluation reproduce the validation score of the checkpoint.
     from pseudopairs.evaluation import retrieval_metrics
-    from pseudopairs.io import load_features, read_captions
+    from pseudopairs.core.io import load_features, read_captions
     from pseudopairs.data.vocab import Vocabulary
     spec, vocab_path = world
     ids, feats = load_features(spec["validation"]["features"])
@@ -332,7 +332,7 @@ def test_standardisation_is_a_fixed_affine_map_kept_in_the_checkpoint(world, tmp
     out = tmp_path / "std"
     _run(world, out, image_normalization="standardize", max_updates=10)
     model, _ = checkpoints.load_model(out / "checkpoint.pt")
-    from pseudopairs.io import load_features
+    from pseudopairs.core.io import load_features
     _, train_feats = load_features(spec["c2i"][0]["features"])
     x = train_feats.astype(np.float64)
     # statistics over the distinct training images (en and de share one features file: counted once)
@@ -350,7 +350,7 @@ def test_standardisation_rescues_max_violation_from_a_common_component(tmp_path)
     spec, vocab = _world(tmp_path / "w", n_train=60, n_val=40, seed=3)
     for split in ("train", "val"):
         path = spec["c2i"][0]["features"] if split == "train" else spec["validation"]["features"]
-        from pseudopairs.io import load_features
+        from pseudopairs.core.io import load_features
         ids, feats = load_features(path)
         offset = 50.0 + np.abs(np.random.default_rng(0).normal(size=feats.shape[1])) * 20
         save_features(path, image_ids=ids, features=(feats.astype(np.float32) + offset).astype(np.float32))
@@ -386,7 +386,7 @@ def test_tiny_demo_world_train_and_evaluate(tmp_path):
     from pseudopairs.cli import main
     from pseudopairs.evaluation import METRIC_KEYS, retrieval_metrics, translation_retrieval
     from pseudopairs.features.extract import FeatureSettings, run_features
-    from pseudopairs.io import load_features, read_captions, write_parquet_atomic
+    from pseudopairs.core.io import load_features, read_captions, write_parquet_atomic
     from pseudopairs.evaluation.step import parallel_texts
     from pseudopairs.data.text import prepare_captions
     from pseudopairs.data.vocab import Vocabulary
@@ -518,7 +518,7 @@ def test_l2_image_normalisation_is_applied_before_the_affine_layer(world, tmp_pa
     _run(world, tmp_path, image_normalization="l2", max_updates=10)
     model, meta = checkpoints.load_model(tmp_path / "checkpoint.pt")
     assert meta["image_normalization"] == "l2" and model.image_normalization == "l2"
-    from pseudopairs.io import load_features
+    from pseudopairs.core.io import load_features
     _, feats = load_features(spec["c2i"][0]["features"])
     x = torch.from_numpy(feats[:5].astype(np.float32))
     by_hand = torch.nn.functional.normalize(
@@ -595,7 +595,7 @@ def test_killed_run_with_warm_up_resumes_to_the_same_result(world, tmp_path, mon
 
 def test_tiny_training_run_with_the_order_similarity_learns(world, tmp_path):
     from pseudopairs.evaluation import retrieval_metrics
-    from pseudopairs.io import load_features, read_captions
+    from pseudopairs.core.io import load_features, read_captions
     from pseudopairs.data.vocab import Vocabulary
 
     summary = _run(world, tmp_path, similarity="order", margin=0.05, max_updates=250, validate_every=50)
@@ -706,7 +706,7 @@ def test_a_language_of_the_translation_portion_validates_and_tests_on_its_own_ta
     from pseudopairs.data.vocab import Vocabulary
     from pseudopairs.evaluation import retrieval_metrics
     from pseudopairs.evaluation.step import evaluate_checkpoint
-    from pseudopairs.io import load_features, read_captions
+    from pseudopairs.core.io import load_features, read_captions
 
     spec, vocab_path = world
     val = read_captions(spec["validation"]["captions"])

@@ -100,7 +100,7 @@ def test_the_authors_threshold_is_49_at_batch_128_and_scales_with_batch_and_marg
 def test_the_paper_configuration_has_the_authors_threshold():
     from pathlib import Path
 
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow.config import check_config, load_config
     from pseudopairs.model.contract import experiment_training
 
     repo = Path(__file__).resolve().parents[1]
@@ -352,7 +352,7 @@ def test_a_monolingual_run_validates_once_per_epoch(world, tmp_path):
 def test_the_rows_of_papers_003_and_004_train_as_their_systems_did(configfile):
     from pathlib import Path
 
-    from pseudopairs.config import check_config, load_config
+    from pseudopairs.workflow.config import check_config, load_config
     from pseudopairs.model.contract import experiment_training
 
     repo = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ from pseudopairs.translation import settings as TS
 from pseudopairs.translation import text as TX
 from pseudopairs.translation import train as TR
 from pseudopairs.translation import translate as TL
-from pseudopairs.io import CAPTION_COLUMNS, read_captions
+from pseudopairs.core.io import CAPTION_COLUMNS, read_captions
 from pseudopairs.data.text import prepare_line
 from pseudopairs.world.generate import parallel_caption
 from pseudopairs.world.scene import sample_scene

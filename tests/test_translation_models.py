@@ -24,8 +24,8 @@ import torch
 import yaml
 
 from pseudopairs import cli
-from pseudopairs.config import ConfigError, check_config, load_config
-from pseudopairs.io import CAPTION_COLUMNS, read_captions
+from pseudopairs.workflow.config import ConfigError, check_config, load_config
+from pseudopairs.core.io import CAPTION_COLUMNS, read_captions
 from pseudopairs.translation import models as MD
 from pseudopairs.translation.converters import prepare_model
 from pseudopairs.translation.convert import open_model_dir

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS
+from pseudopairs.core.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS
 from pseudopairs.world import content, english, generate, german, render
 from pseudopairs.world import scene as scenes
 from pseudopairs.world.english import english_noun_phrase, english_object_phrase

@@ -104,7 +104,7 @@ def add_command(subparsers, name: str, func, **parser_args) -> argparse.Argument
 def json_object(option: str):
     """An argparse ``type`` for a JSON object given inline or as ``@file.json``."""
     def parse(value: str) -> dict:
-        from pseudopairs.io import parse_json_object
+        from pseudopairs.core.io import parse_json_object
 
         try:
             return parse_json_object(value, option=option)

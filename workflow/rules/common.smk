@@ -6,9 +6,11 @@ import re
 import sys
 from pathlib import Path
 
-from pseudopairs import cluster, environment, layout
-from pseudopairs import rounds as chains_of_rounds
-from pseudopairs import stacks
+from pseudopairs.workflow import cluster, environment
+
+from pseudopairs.core import layout
+from pseudopairs.workflow import rounds as chains_of_rounds
+from pseudopairs.workflow import stacks
 from pseudopairs.data import contract as data_contract
 from pseudopairs.data import corpora
 from pseudopairs.data import text_contract
@@ -32,7 +34,7 @@ WORLD_CORPORA = corpora.WORLD_CORPORA  # corpus -> has images
 world_export = corpora.WORLD_EXPORTS
 FMT = config["features"]["format"]
 SPLITS = list(data_contract.SPLITS)
-MODELS = stacks.model_seeds(config)  # experiment -> the seeds the outputs need (pseudopairs.stacks)
+MODELS = stacks.model_seeds(config)  # experiment -> the seeds the outputs need (pseudopairs.workflow.stacks)
 # for `snakemake --report`: the paths that exist (a report after a partial run); else all
 present = report_targets.presence(workflow)
 
@@ -55,7 +57,7 @@ DOWNLOADS = layout.downloads()
 
 
 def as_json(value, *, sort_keys=True):
-    """A config section or a typed job (pseudopairs.jobs) as a compact JSON string (a rule param,
+    """A config section or a typed job (pseudopairs.core.jobs) as a compact JSON string (a rule param,
     so a change reruns the rule). ``sort_keys=False`` keeps the YAML order where it carries
     meaning."""
     value = value.to_dict() if hasattr(value, "to_dict") else value
@@ -66,8 +68,8 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
     """A rule's input function or param: ``function(config, *values)`` of the job's wildcards
     ``names`` (``seed`` as an int), its ``key`` if given, ``then(result)`` if given (a job's
     ``inputs``), as a JSON string with ``to_json`` -- the one bridge from a job's wildcards to the
-    stages' contracts (pseudopairs.<stage>.contract), pseudopairs.rounds and
-    pseudopairs.stacks, so no function here only forwards to them."""
+    stages' contracts (pseudopairs.<stage>.contract), pseudopairs.workflow.rounds and
+    pseudopairs.workflow.stacks, so no function here only forwards to them."""
 
     def call(wildcards):
         values = [int(wildcards[n]) if n == "seed" else wildcards[n] for n in names]
@@ -81,7 +83,7 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
 
 # What each rule asks a scheduler for (memory, walltime, GPUs, SLURM placement; calibrated from
 # measured GPU rates with resources.calibration): job_resources(rule, gpu=...) in every rule,
-# stack_resources(step, models) in the stack rules (pseudopairs.cluster).
+# stack_resources(step, models) in the stack rules (pseudopairs.workflow.cluster).
 job_resources, stack_resources = cluster.rule_resources(config)
 
 
@@ -172,7 +174,7 @@ def report_failed_jobs():
 def check_job_environment():
     """The features jobs' weights exist (the torch hub cache is read, never downloaded: GPU nodes
     are often offline; pseudopairs.features.contract), and the jobs' python has the workflow's
-    packages (pseudopairs.environment): one line each instead of every job failing."""
+    packages (pseudopairs.workflow.environment): one line each instead of every job failing."""
     features = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "features"]
     problem = features_contract.needrun_weights_problem(config, len(features))
     problem = problem or environment.python_problem(workflow.deployment_settings.deployment_method)

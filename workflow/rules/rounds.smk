@@ -1,9 +1,9 @@
-# Iterated bootstrapping (beyond the paper; config `rounds:`, pseudopairs.rounds): every round of
+# Iterated bootstrapping (beyond the paper; config `rounds:`, pseudopairs.workflow.rounds): every round of
 # a chain is an ordinary pseudopair set, data set, experiment and table row, built by the other
 # rules. This rule summarises a chain: per round the validation and test scores, the §7.2 shares
 # of its pairs and their overlap with the previous round's, and the round a validation-driven stop
 # keeps (every round is trained: the DAG is static; the stop rule is applied afterwards).
-# Inputs and spec: pseudopairs.rounds (summary_inputs, summary_spec); rounds_outputs in common.smk.
+# Inputs and spec: pseudopairs.workflow.rounds (summary_inputs, summary_spec); rounds_outputs in common.smk.
 
 
 # Seconds of work each: run where Snakemake runs, never submitted to a cluster.

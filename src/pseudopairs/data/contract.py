@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 
 SPLITS = ("train", "val", "test")
 
@@ -186,7 +186,7 @@ def tokenizer_errors(config: dict) -> list[str]:
     """Every prepared language has a tokenizer (``text.tokenizers``, pseudopairs.data.tokenizers):
     Moses for the languages it has rules for, else the config's entry, each entry valid."""
     from pseudopairs.data.tokenizers import tokenizer_of   # the text section's part
-    from pseudopairs.settings import SettingsError
+    from pseudopairs.core.settings import SettingsError
 
     text = config.get("text")
     if not isinstance(text, dict) or "datasets" not in config or "evaluation" not in config:

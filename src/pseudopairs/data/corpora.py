@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pseudopairs import layout
-from pseudopairs.registry import Registry
-from pseudopairs.settings import Settings, SettingsError, setting
+from pseudopairs.core import layout
+from pseudopairs.core.registry import Registry
+from pseudopairs.core.settings import Settings, SettingsError, setting
 
 SPLITS = ("train", "val", "test")
 LANG = {"type": "string", "pattern": "^[a-z]{2}$"}

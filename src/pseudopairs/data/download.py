@@ -38,7 +38,7 @@ from typing import Any
 from tqdm import tqdm
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_directory
+from pseudopairs.core.io import atomic_directory
 
 log = logging.getLogger(__name__)
 

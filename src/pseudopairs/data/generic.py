@@ -12,7 +12,7 @@
   image list records each image's shard, byte offset and size, and the features step reads the
   bytes from the shard.
 
-Both give, per split, a raw caption table (``pseudopairs.io.RAW_CAPTION_COLUMNS``; images in
+Both give, per split, a raw caption table (``pseudopairs.core.io.RAW_CAPTION_COLUMNS``; images in
 first-seen order, then languages in first-seen order, then captions in order) and an image list
 (``image_id, path``: the path relative to the corpus' folder; a webdataset's also ``member``,
 ``offset``, ``size``). An image's id is its ``file_name`` without the extension (imagefolder) or
@@ -40,10 +40,10 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.settings import language_hint
+from pseudopairs.core.settings import language_hint
 from pseudopairs.data.corpora import (IMAGE_SUFFIXES, SPLITS, ImageFolderCorpus, WebDatasetCorpus,
                                       CORPUS_KINDS)
-from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_parquet_if_changed, write_text_atomic
+from pseudopairs.core.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_parquet_if_changed, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +431,7 @@ def refresh_image_lists(config: dict, name: str) -> list[str] | None:
     makes its split's list newer and reruns its features. None when there is nothing to refresh
     (no lists yet: rule ``corpus_images`` makes them) or the corpus cannot be read (its
     ``read_corpus`` job says why)."""
-    from pseudopairs import layout
+    from pseudopairs.core import layout
     from pseudopairs.data.corpora import declaration, image_root
 
     key_path = Path(layout.corpus_images_key(name))

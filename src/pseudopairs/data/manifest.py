@@ -95,7 +95,7 @@ def image_list_files(images: str | os.PathLike) -> tuple[list[str], int]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from pseudopairs.io import reading
+    from pseudopairs.core.io import reading
 
     with reading(images, "an image list (Parquet: image_id, path)"):
         column = pq.read_table(images, columns=["path"]).column("path")
@@ -140,7 +140,7 @@ def write_manifest(output: str | os.PathLike, manifest: dict[str, Any],
     """Write ``manifest`` to ``output`` atomically, but only when its text differs from what is
     there (so the file keeps its modification time otherwise), and its ``stamps`` beside it when
     they changed; True when the manifest was written."""
-    from pseudopairs.io import write_text_atomic
+    from pseudopairs.core.io import write_text_atomic
 
     output = Path(output)
     if stamps is not None:

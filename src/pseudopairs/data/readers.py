@@ -1,6 +1,6 @@
 """Readers of the real corpora: Multi30K (task1, task2) and COCO with Karpathy's splits.
 
-Each reader returns a raw caption table (``pseudopairs.io.RAW_CAPTION_COLUMNS``: ``dataset,
+Each reader returns a raw caption table (``pseudopairs.core.io.RAW_CAPTION_COLUMNS``: ``dataset,
 split, image_id, lang, caption_idx, raw``; rows ordered by image in image-list order, then
 language in the order asked for, then caption index) and, for corpora with images, an image list
 (``image_id, path``) whose row order is the image order of that split.
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_json_atomic, write_parquet_atomic
+from pseudopairs.core.io import IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, write_json_atomic, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 

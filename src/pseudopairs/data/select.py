@@ -14,7 +14,7 @@ and/or to a seeded sample of captions per image.
   draw of an image does not depend on the others (004's *Bi-comparable* / *Multi-comparable*:
   one caption per image from the comparable portion).
 
-The output is a caption table (the columns of :data:`pseudopairs.io.CAPTION_COLUMNS`), rows in
+The output is a caption table (the columns of :data:`pseudopairs.core.io.CAPTION_COLUMNS`), rows in
 the input's order, ``dataset`` set to the data set's name.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import check_caption_texts, read_captions, write_parquet_atomic
+from pseudopairs.core.io import check_caption_texts, read_captions, write_parquet_atomic
 
 
 def check_select(select: Any, *, where: str = "select") -> dict:

@@ -74,7 +74,7 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer, MosesTruecaser
 from sacremoses.corpus import NonbreakingPrefixes
 
 from pseudopairs.data.tokenizers import CASES, MOSES_LANGS
-from pseudopairs.io import atomic_path, read_captions
+from pseudopairs.core.io import atomic_path, read_captions
 
 Tokenize = Callable[[str], str]
 log = logging.getLogger(__name__)

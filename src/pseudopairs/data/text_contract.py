@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import text_corpora, text_langs
 from pseudopairs.data.tokenizers import TOKENIZERS, tokenizer_arg, tokenizer_of
 

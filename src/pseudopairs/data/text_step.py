@@ -13,7 +13,7 @@ from pseudopairs.data.text import (CASES, Tokenize, _check_lang, load_truecaser,
                                    train_truecaser, training_texts)
 from pseudopairs.data.tokenizers import (add_tokenizer_option, load_tokenizers, parse_tokenizers,
                                          tokenizer_settings, train_sentencepiece)
-from pseudopairs.io import check_caption_texts, read_captions, write_parquet_atomic
+from pseudopairs.core.io import check_caption_texts, read_captions, write_parquet_atomic
 
 
 def _case_from(args: argparse.Namespace) -> str:

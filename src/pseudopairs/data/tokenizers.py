@@ -32,8 +32,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pseudopairs.registry import Registry
-from pseudopairs.settings import Settings, SettingsError, setting
+from pseudopairs.core.registry import Registry
+from pseudopairs.core.settings import Settings, SettingsError, setting
 
 CASES = ("lowercase", "truecase")
 
@@ -187,7 +187,7 @@ def train_sentencepiece(texts: Iterable[str], *, lang: str, settings: dict, outp
 
     import sentencepiece as spm
 
-    from pseudopairs.io import atomic_path
+    from pseudopairs.core.io import atomic_path
 
     sentences = [t for t in texts if t.strip()]
     if not sentences:

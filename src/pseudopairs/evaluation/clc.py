@@ -17,7 +17,7 @@ import torch
 
 from pseudopairs import commands
 from pseudopairs.evaluation.step import add_model_arguments, caption_subset
-from pseudopairs.io import load_features, read_captions, write_json_atomic
+from pseudopairs.core.io import load_features, read_captions, write_json_atomic
 from pseudopairs.similarity.metrics import metrics_from_ranks
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def evaluate_clc(*, checkpoint: str, vocab_path: str, spec: dict, seed: int, dev
 
 
 def _cli_evaluate_clc(args: argparse.Namespace) -> None:
-    from pseudopairs.settings import resolve_device
+    from pseudopairs.core.settings import resolve_device
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

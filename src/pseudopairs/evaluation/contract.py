@@ -4,10 +4,10 @@ threads) and :func:`check` of the ``evaluation`` section's languages."""
 
 from __future__ import annotations
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import corpus_images, corpus_langs, feature_format
 from pseudopairs.evaluation.job import EvaluatedModel, EvaluationData, EvaluationJob, LangTest
-from pseudopairs.experiments import table_experiments, table_test_corpus
+from pseudopairs.data.experiments import table_experiments, table_test_corpus
 from pseudopairs.model.contract import experiment_training
 
 

@@ -1,4 +1,4 @@
-"""The ``evaluate`` job (:mod:`pseudopairs.jobs`): the trained models of one experiment (a seed,
+"""The ``evaluate`` job (:mod:`pseudopairs.core.jobs`): the trained models of one experiment (a seed,
 or a stack's seeds, one after the other) scored on the test data of
 :class:`EvaluationData`, on the experiment's own device and threads (its ``training`` settings).
 :func:`pseudopairs.evaluation.contract.evaluation_job` resolves it."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pseudopairs.jobs import Job, JobError
-from pseudopairs.settings import DEVICE_PATTERN, check_value, setting
+from pseudopairs.core.jobs import Job, JobError
+from pseudopairs.core.settings import DEVICE_PATTERN, check_value, setting
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from pseudopairs import commands
 from pseudopairs.similarity.metrics import retrieval_metrics, translation_retrieval
 from pseudopairs.similarity.ranks import _validate_retrieval_inputs, _validate_translation_inputs
 from pseudopairs.evaluation.job import EvaluationData, EvaluationJob
-from pseudopairs.io import (check_feature_files, check_missing_images, load_features, read_captions,
+from pseudopairs.core.io import (check_feature_files, check_missing_images, load_features, read_captions,
                             write_json_atomic)
-from pseudopairs.settings import resolve_device
+from pseudopairs.core.settings import resolve_device
 from pseudopairs.similarity.functions import SIMILARITIES, caption_similarity
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.features.pretraining import FeaturePretrainingSettings
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.world.settings import SceneSettings

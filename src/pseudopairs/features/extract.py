@@ -28,7 +28,7 @@ a finished shard is written atomically to the shard directory together with its 
 each image file's size and modification time, and a fingerprint of everything that changes the
 numbers (weights, seed, preprocessing, dtype, device kind, library versions). A restarted job
 reuses exactly the shards whose ids, image files and fingerprint match, so a killed job resumes; the final file is assembled with
-:func:`pseudopairs.io.save_features` and the shards are removed afterwards.
+:func:`pseudopairs.core.io.save_features` and the shards are removed afterwards.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from pseudopairs.features.decode import FileDataset, collate, decode_batch
 from pseudopairs.features.settings import FeatureSettings
 from pseudopairs.features.shards import (Shard, _read_shard, _write_shard, file_stamps, remove_shards,
                                          settings_fingerprint)
-from pseudopairs.io import IMAGE_COLUMNS, save_features, write_text_atomic
+from pseudopairs.core.io import IMAGE_COLUMNS, save_features, write_text_atomic
 
 
 
@@ -354,7 +354,7 @@ def skipped_tsv(skipped: Sequence[SkippedImage]) -> str:
 
 
 def backbone_record(settings: FeatureSettings) -> dict:
-    """What the features file records of its network (:func:`pseudopairs.io.feature_backbone`):
+    """What the features file records of its network (:func:`pseudopairs.core.io.feature_backbone`):
     the model, the size of its embedding, the weights, the input size."""
     return {"arch": settings.arch, "dim": feature_dim(settings.arch), "weights": settings.weights,
             "resize": settings.resize, "crop": settings.crop}

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from pseudopairs.features import backbones
 from pseudopairs.features.settings import FeatureSettings
-from pseudopairs.settings import resolve_device as settings_device
+from pseudopairs.core.settings import resolve_device as settings_device
 
 
 FEATURE_DIM = 2048  # resnet50, the paper's
@@ -131,7 +131,7 @@ def build_model(weights: str = "none", *, seed: int = 0, arch: str = "resnet50")
 
 
 def torch_device(name: str):
-    """The torch device of ``features.device`` (:func:`pseudopairs.settings.resolve_device`)."""
+    """The torch device of ``features.device`` (:func:`pseudopairs.core.settings.resolve_device`)."""
     import torch
 
     return torch.device(settings_device(name, key="features.device"))

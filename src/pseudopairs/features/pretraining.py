@@ -37,8 +37,8 @@ import numpy as np
 
 from pseudopairs import commands
 from pseudopairs.features.settings import FeatureSettings
-from pseudopairs.io import atomic_path, write_text_atomic
-from pseudopairs.settings import Settings, setting
+from pseudopairs.core.io import atomic_path, write_text_atomic
+from pseudopairs.core.settings import Settings, setting
 from pseudopairs.world.content import BACKGROUNDS, KINDS, RGB
 from pseudopairs.world.settings import CORPORA, SceneSettings
 

@@ -16,7 +16,7 @@ import numpy as np
 from pseudopairs.features.backbones import feature_dim, is_enum_weights
 from pseudopairs.features.network import autocast_dtype, weights_checkpoint_path
 from pseudopairs.features.settings import FeatureSettings
-from pseudopairs.io import atomic_path, remove_owned_files
+from pseudopairs.core.io import atomic_path, remove_owned_files
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import dataset_files, known_caption_count
 from pseudopairs.mining import criteria
 from pseudopairs.mining.criteria import DEFAULT_CRITERION

@@ -1,4 +1,4 @@
-"""The ``mine`` job (:mod:`pseudopairs.jobs`): one pseudopair set mined with one seed of its
+"""The ``mine`` job (:mod:`pseudopairs.core.jobs`): one pseudopair set mined with one seed of its
 source model — the model's files, the query and database captions, how the engine runs (the
 config's ``mining`` section) and the set's criterion with its parameters (every parameter present,
 checked by the criteria registry). :func:`pseudopairs.mining.contract.mining_job` resolves it."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pseudopairs.jobs import Job, JobError
+from pseudopairs.core.jobs import Job, JobError
 from pseudopairs.mining.criteria import DEFAULT_CRITERION, check_params
 from pseudopairs.mining.settings import MiningSettings
 

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pseudopairs.io import reading
+from pseudopairs.core.io import reading
 from pseudopairs.world.meaning import ATTRIBUTES, HEADS, MEANING_COLUMNS, holds, scene_subjects
 
 OVERALL = "precision"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pseudopairs.settings import Settings, device_setting, setting
+from pseudopairs.core.settings import Settings, device_setting, setting
 
 
 @dataclass(frozen=True)

@@ -284,7 +284,7 @@ def pseudopair_statistics(spec: dict, *, load=None):
 
     import pandas as pd
 
-    from pseudopairs.io import read_pairs
+    from pseudopairs.core.io import read_pairs
     from pseudopairs.mining.precision import PRECISION_PAIR_COLUMNS, PRECISION_STATISTICS
 
     judge = _judge(spec)
@@ -367,7 +367,7 @@ def pseudopair_statistics_reference(spec: dict, *, load=None):
 
     import pandas as pd
 
-    from pseudopairs.io import read_pairs
+    from pseudopairs.core.io import read_pairs
 
     def default_load(name, seed):
         files = spec["files"][name][str(seed)]

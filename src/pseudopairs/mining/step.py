@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import (check_caption_texts, read_captions, read_pairs,
+from pseudopairs.core.io import (check_caption_texts, read_captions, read_pairs,
                             write_json_atomic, write_parquet_atomic)
 from pseudopairs.mining.search import nearest_neighbours, pair_cosines
 from pseudopairs.mining.statistics import usage_summary
 from pseudopairs.mining.job import MiningJob
-from pseudopairs.settings import resolve_device
+from pseudopairs.core.settings import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def percentile_filter(scores, *, min_percentile: float) -> np.ndarray:
 
 
 def pseudopair_caption_table(pairs, *, min_percentile: float, dataset: str):
-    """The kept pairs as a caption table (columns of :data:`pseudopairs.io.CAPTION_COLUMNS` plus
+    """The kept pairs as a caption table (columns of :data:`pseudopairs.core.io.CAPTION_COLUMNS` plus
     ``score``): each kept pair stays with its own query image and caption index, its caption is
     the matched one (language, raw and prepared text)."""
     keep = percentile_filter(pairs["score"].to_numpy(), min_percentile=min_percentile)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pseudopairs.io import check_caption_texts, check_missing_images, load_features, read_captions
+from pseudopairs.core.io import check_caption_texts, check_missing_images, load_features, read_captions
 from pseudopairs.data.vocab import PAD_ID, Vocabulary
 from pseudopairs.model.text_encoders import language_view
 

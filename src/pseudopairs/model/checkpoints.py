@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pseudopairs.io import atomic_path, reading
+from pseudopairs.core.io import atomic_path, reading
 from pseudopairs.model.encoders import RankingModel
 
 CHECKPOINT_FORMAT = "pseudopairs.ranking-model/1"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import corpus_images, corpus_langs, dataset_files, feature_format
-from pseudopairs.experiments import experiment
+from pseudopairs.data.experiments import experiment
 from pseudopairs.model.job import RunSettings, TrainedModel, TrainingJob
 from pseudopairs.model.settings import ModelSettings, TrainingSettings
 from pseudopairs.smalr.settings import FastTextSettings, HemSettings

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pseudopairs.data.vocab import build_vocabulary
-from pseudopairs.io import check_feature_files, read_captions
+from pseudopairs.core.io import check_feature_files, read_captions
 from pseudopairs.model.batches import C2CData, C2IData, CaptionSet, load_caption_set
 from pseudopairs.model.text_encoders import load_vocabulary
 

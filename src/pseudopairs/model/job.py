@@ -1,4 +1,4 @@
-"""The ``train`` job (:mod:`pseudopairs.jobs`): an experiment's models of one stack (one
+"""The ``train`` job (:mod:`pseudopairs.core.jobs`): an experiment's models of one stack (one
 seed, or a stack's seeds) trained in one job, each with its own data (its training spec) and
 model directory, all with the experiment's ``training`` and ``model`` settings
 (:class:`RunSettings`). :func:`pseudopairs.model.contract.training_job` resolves it."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pseudopairs.jobs import Job, JobError
+from pseudopairs.core.jobs import Job, JobError
 from pseudopairs.model.settings import ModelSettings, TrainingSettings
 
 # Settings that do not change the result of a (CPU) run, so a resumed run may differ in them

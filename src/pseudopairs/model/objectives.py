@@ -41,7 +41,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from pseudopairs.registry import Registry
+from pseudopairs.core.registry import Registry
 
 
 @dataclass(frozen=True)

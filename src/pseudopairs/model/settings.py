@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pseudopairs.model.objectives import OBJECTIVES
 from pseudopairs.model.text_encoders import TEXT_ENCODERS
-from pseudopairs.settings import Settings, SettingsError, device_setting, setting
+from pseudopairs.core.settings import Settings, SettingsError, device_setting, setting
 from pseudopairs.similarity.functions import SIMILARITIES
 
 # How stored image features enter the affine layer: as they are (``raw``), L2-normalised per

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs.experiments import experiment
+from pseudopairs.data.experiments import experiment
 from pseudopairs.model import contract as model_contract
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.smalr.settings import FASTTEXT_TRAINING, HEM_INIT_FORMAT, FastTextSettings
 
 

@@ -43,7 +43,7 @@ from pseudopairs.model.job import RunSettings, TrainingJob
 from pseudopairs.model.stack import StackedAdam, StackedRankingModel, stack_supported, stacked_update
 from pseudopairs.model.stack_graph import StaticStackUpdate
 from pseudopairs.model.training import LOSS_READBACK_EVERY, _Run, summary_line
-from pseudopairs.settings import SettingsError, resolve_device
+from pseudopairs.core.settings import SettingsError, resolve_device
 
 log = logging.getLogger(__name__)
 

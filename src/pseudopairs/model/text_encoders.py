@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from pseudopairs.registry import Registry
+from pseudopairs.core.registry import Registry
 from pseudopairs.smalr.settings import HEM_INIT_FORMAT  # noqa: F401  (read_hem_init's format)
 
 
@@ -162,7 +162,7 @@ def read_hem_init(path, vocab) -> dict:
     ``pretraining_parameters`` (the pretraining's parameters the model does not keep)."""
     import torch
 
-    from pseudopairs.io import reading
+    from pseudopairs.core.io import reading
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no HEM initial state (the pretrain-hem step writes it)")

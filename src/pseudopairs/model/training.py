@@ -62,7 +62,7 @@ import torch
 from tqdm import tqdm
 
 from pseudopairs import commands
-from pseudopairs.io import write_json_atomic, write_text_atomic
+from pseudopairs.core.io import write_json_atomic, write_text_atomic
 from pseudopairs.model.batches import (BatchStream, C2CBatch, C2CData, C2IBatch, C2IData, PooledC2CData,
                                        TaskSampler, c2i_draws, stream_rng)
 from pseudopairs.model.checkpoints import (CHECKPOINT_FORMAT, STATE_FORMAT, cpu_state, load_model,
@@ -77,7 +77,7 @@ from pseudopairs.model.schedule import C2CWarmup, updates_per_epoch, validation_
 from pseudopairs.model.job import RunSettings, TrainingJob
 from pseudopairs.model.settings import TrainingSettings
 from pseudopairs.model.text_encoders import check_vocabulary, read_hem_init
-from pseudopairs.settings import resolve_device
+from pseudopairs.core.settings import resolve_device
 
 log = logging.getLogger(__name__)
 

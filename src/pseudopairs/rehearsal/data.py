@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from pseudopairs import commands
 from pseudopairs.data.text import read_lines
-from pseudopairs.io import atomic_path, write_text_atomic
+from pseudopairs.core.io import atomic_path, write_text_atomic
 from pseudopairs.rehearsal.settings import RehearsalSettings
 
 log = logging.getLogger(__name__)

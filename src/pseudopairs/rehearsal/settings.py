@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pseudopairs.settings import Settings, setting
+from pseudopairs.core.settings import Settings, setting
 
 #: Karpathy's COCO splits and their image counts (dataset_coco.json): train + restval is the
 #: paper's 113,287 training images (566K captions), val and test 5,000 each.

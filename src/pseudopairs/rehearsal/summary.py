@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pseudopairs import commands
-from pseudopairs.io import write_text_atomic
+from pseudopairs.core.io import write_text_atomic
 
 log = logging.getLogger(__name__)
 

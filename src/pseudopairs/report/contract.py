@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import dataset
-from pseudopairs.experiments import (seeds_by_experiment, shown_models, table_experiments, table_retrieval_keys,
+from pseudopairs.data.experiments import (seeds_by_experiment, shown_models, table_experiments, table_retrieval_keys,
                                      table_seeds, table_test_corpus, uses_pseudopairs)
 from pseudopairs.mining.contract import criterion, pseudopair_set, pseudopair_sets
 

@@ -1,7 +1,7 @@
 """The parts of the docs that the code determines, generated and checked, so they cannot drift:
 
 * every settings section of ``config/README.md`` — a table generated from its settings class
-  (key, what it must be, default, what it does; :meth:`pseudopairs.settings.Settings.describe`),
+  (key, what it must be, default, what it does; :meth:`pseudopairs.core.settings.Settings.describe`),
   between ``<!--settings:module:Class-->`` and ``<!--/settings-->``; the schema's ``x-settings``
   nodes name the classes, and each has exactly one such table;
 * every job, model, stack, GPU and disk figure the docs quote from the plan
@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from pseudopairs.report import plan
-from pseudopairs.settings import SCHEMA_KEY, Settings, _default, _json_text
+from pseudopairs.core.settings import SCHEMA_KEY, Settings, _default, _json_text
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -105,7 +105,7 @@ def write_settings(text: str, *, targets: list[str]) -> str:
 def _cli_docs(args) -> None:
     import tempfile
 
-    from pseudopairs.io import write_text_atomic
+    from pseudopairs.core.io import write_text_atomic
 
     targets = settings_targets()
     facts: dict[str, int] = {}

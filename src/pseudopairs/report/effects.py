@@ -28,8 +28,8 @@ from statistics import mean, stdev
 
 import pandas as pd
 
-from pseudopairs import layout
-from pseudopairs.experiments import row_experiments, table_seeds
+from pseudopairs.core import layout
+from pseudopairs.data.experiments import row_experiments, table_seeds
 from pseudopairs.report.contract import table_spec
 
 REASONS = ("mined from", "fine-tuned from", "method check", "reference row")

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.experiments import row_experiments
-from pseudopairs.io import atomic_path, read_pairs, write_text_atomic
+from pseudopairs.data.experiments import row_experiments
+from pseudopairs.core.io import atomic_path, read_pairs, write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import write_text_atomic
+from pseudopairs.core.io import write_text_atomic
 from pseudopairs.report.tables import _PERCENT as PERCENT_STATISTICS
 from pseudopairs.report.tables import (
     HEADINGS,
@@ -528,7 +528,7 @@ def page(title: str, sections: list[str], *, note: str = "", contents: bool = Fa
 
 
 def _read(path) -> pd.DataFrame:
-    from pseudopairs.io import reading
+    from pseudopairs.core.io import reading
 
     with reading(path, "a results CSV", fix="delete it and rerun the step that writes it"):
         return pd.read_csv(path, keep_default_na=False, na_values=[""])

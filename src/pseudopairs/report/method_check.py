@@ -31,7 +31,7 @@ from statistics import mean, stdev
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_path, reading
+from pseudopairs.core.io import atomic_path, reading
 
 COLUMNS = ["kind", "table", "metric", "better", "worse", "paper_better", "paper_worse", "paper_delta",
            "ours_better", "ours_worse", "ours_delta", "sd_better", "sd_worse", "n_better", "n_worse",

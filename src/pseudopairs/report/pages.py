@@ -4,7 +4,7 @@ gives them. No third-party import: the workflow imports this module when it pars
 
 from __future__ import annotations
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 
 
 RESULTS = "all_results"  # every table, chart, check, statistic and figure on one page

@@ -40,7 +40,7 @@ import math
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_path, write_text_atomic
+from pseudopairs.core.io import atomic_path, write_text_atomic
 
 CSV_COLUMNS = ["label", "experiment", "n", "training_mean", "trainable_mean", "text_embedding_mean",
                "pretraining_mean", "mean_recall_mean", "mean_recall_std", "paper_mean_recall", "beyond_paper", "reference"]

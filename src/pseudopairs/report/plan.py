@@ -6,7 +6,7 @@ rewrite them::
     the paper configuration plans <!--plan:paper.jobs-->600<!--/plan--> jobs
 
 A dry run with the SLURM profile lists each group job's members under a ``Group job NAME`` line;
-:func:`pseudopairs.dryrun.listed_jobs` reads every job's rule, group, outputs and resources from it, and
+:func:`pseudopairs.workflow.dryrun.listed_jobs` reads every job's rule, group, outputs and resources from it, and
 :func:`plan_facts` counts. :data:`PLANS` names the dry runs the docs quote.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from pseudopairs.dryrun import listed_jobs
+from pseudopairs.workflow.dryrun import listed_jobs
 
 #: The models' disk: the best-weights checkpoint at the paper's sizes, measured by the rehearsal
 #: (docs/scale.md: 58 MB per model).

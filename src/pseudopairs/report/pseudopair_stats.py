@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_path, read_pairs
+from pseudopairs.core.io import atomic_path, read_pairs
 from pseudopairs.mining.statistics import pseudopair_statistics
 
 

@@ -1,6 +1,6 @@
 """Iterated bootstrapping, one summary per chain (beyond the paper):
 ``results/rounds_{chain}.csv`` and ``results/figures/rounds_{chain}.png`` from each round's
-``metrics.json`` and pairs (:func:`pseudopairs.rounds.summary_spec` lists them).
+``metrics.json`` and pairs (:func:`pseudopairs.workflow.rounds.summary_spec` lists them).
 
 Round 0 is the chain's source model; round r ≥ 1 is the model trained on the pairs mined by round
 r−1's model (``{chain}.round{r}``). Per round, the mean and sample standard deviation over seeds
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_path, read_pairs, reading, write_text_atomic
+from pseudopairs.core.io import atomic_path, read_pairs, reading, write_text_atomic
 from pseudopairs.mining.statistics import (
     top_share_of_texts,
     transferred_jaccard,

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.experiments import row_experiments
-from pseudopairs.io import atomic_path, reading, write_text_atomic
+from pseudopairs.data.experiments import row_experiments
+from pseudopairs.core.io import atomic_path, reading, write_text_atomic
 
 RETRIEVAL_COLUMNS = ("i2t_r1", "t2i_r1", "rsum")  # paper 000's three numbers per language (default)
 MEAN_RECALL = "mean_recall"  # one more column per language: mR = rsum / 6 (paper 002)

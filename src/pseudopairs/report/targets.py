@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pseudopairs import layout
-from pseudopairs import rounds as chains_of_rounds
+from pseudopairs.core import layout
+from pseudopairs.workflow import rounds as chains_of_rounds
 from pseudopairs.mining.contract import pseudopair_sets
 from pseudopairs.report import effects, pages
 from pseudopairs.report.contract import parameters_figures as declared_parameters_figures

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.text_contract import model_inputs
 from pseudopairs.features.contract import weights_inputs
 from pseudopairs.model.contract import training_inputs, training_langs

@@ -14,7 +14,7 @@ configuration, and the export is refused), and the exported text preparation mus
 run's raw training captions into the very tokens training read (a sample of each language).
 
 The folder is built in a temporary sibling directory and renamed onto ``OUT_DIR`` at the end
-(:func:`pseudopairs.io.atomic_directory`): a killed export leaves no ``OUT_DIR``.
+(:func:`pseudopairs.core.io.atomic_directory`): a killed export leaves no ``OUT_DIR``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from pseudopairs import commands, layout
+from pseudopairs import commands
+
+from pseudopairs.core import layout
 from pseudopairs.features.network import IMAGENET_MEAN, IMAGENET_STD
-from pseudopairs.io import _umask, atomic_directory, read_captions
+from pseudopairs.core.io import _umask, atomic_directory, read_captions
 from pseudopairs.search import folder as fmt
 from pseudopairs.search.card import model_card
 
@@ -51,8 +53,8 @@ def run_config(configfiles=()) -> dict:
     """The configuration a run of the workflow with ``--configfile configfiles`` sees: the
     shipped ``config/experiments.yaml`` (unless ``paper_experiments: false``) and
     ``config/config.yaml``, then each file in order; checked (schema defaults filled)."""
-    from pseudopairs.config import check_config, load_config
-    from pseudopairs.settings import deep_update
+    from pseudopairs.workflow.config import check_config, load_config
+    from pseudopairs.core.settings import deep_update
 
     given = load_config(*configfiles)
     shipped = ["config.yaml"] if given.get("paper_experiments", True) is False else \
@@ -163,7 +165,7 @@ def image_network(spec: dict, config: dict, *, image_dim: int, out: Path) -> tup
     from pseudopairs.features import backbones
     from pseudopairs.features.network import build_model, weights_checkpoint_path
     from pseudopairs.features.settings import FeatureSettings
-    from pseudopairs.io import feature_backbone, load_features
+    from pseudopairs.core.io import feature_backbone, load_features
 
     source = spec["validation"]["features"] if spec.get("validation") else spec["c2i"][0]["features"]
     settings = FeatureSettings.from_dict(config["features"])

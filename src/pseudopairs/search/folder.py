@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pseudopairs.io import UnreadableFileError
+from pseudopairs.core.io import UnreadableFileError
 
 FORMAT = "pseudopairs.search-model/1"
 CONFIG = "config.json"

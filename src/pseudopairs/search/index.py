@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from pseudopairs import commands
 from pseudopairs.data.corpora import IMAGE_SUFFIXES
-from pseudopairs.io import atomic_path, write_json_atomic
+from pseudopairs.core.io import atomic_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pseudopairs.io import UnreadableFileError
+from pseudopairs.core.io import UnreadableFileError
 from pseudopairs.search import folder as fmt
 
 
@@ -250,7 +250,7 @@ def _image_name(image, index: int) -> str:
 def load(folder, *, device: str = "cpu") -> SearchModel:
     """An exported model folder (``pseudopairs export``), every file checked against the
     SHA-256 ``config.json`` records and every tensor against its shape there."""
-    from pseudopairs.settings import resolve_device
+    from pseudopairs.core.settings import resolve_device
 
     import torch
 

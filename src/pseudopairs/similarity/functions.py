@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pseudopairs.registry import Registry
+from pseudopairs.core.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import logging
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import CAPTION_COLUMNS, read_captions, write_json_atomic, write_parquet_atomic
+from pseudopairs.core.io import CAPTION_COLUMNS, read_captions, write_json_atomic, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 

@@ -11,16 +11,16 @@ translation model of its direction — ``translation.model`` for its own directi
 one trained for Cross-Lingual Consistency (:mod:`pseudopairs.smalr.clc_contract`: its directions
 include every augmentation's), so the augmentation adds no model of its own. Steps: rule
 ``translate_augment`` (``translate-captions`` on the source data set's training captions, one
-file per augmented data set and source: :func:`pseudopairs.layout.augment_translation`) and rule
+file per augmented data set and source: :func:`pseudopairs.core.layout.augment_translation`) and rule
 ``augment_captions`` (``augment-captions``, :mod:`pseudopairs.smalr.augment`: the union, checked
-per image, as :func:`pseudopairs.layout.augmented_captions`).
+per image, as :func:`pseudopairs.core.layout.augmented_captions`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import dataset_files, dataset_kind, image_corpus
 
 #: 002: "every image has at least five sentences".

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import feature_format
 from pseudopairs.data.text_contract import model_args, model_inputs
-from pseudopairs.experiments import seeds_by_experiment, table_test_corpus
+from pseudopairs.data.experiments import seeds_by_experiment, table_test_corpus
 from pseudopairs.smalr import augment_contract
 from pseudopairs.smalr.settings import CLC_AGGREGATES, CLCSettings
 

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from pseudopairs import commands
-from pseudopairs.io import read_captions, write_text_atomic
+from pseudopairs.core.io import read_captions, write_text_atomic
 
 KEYS = ["image_id", "caption_idx"]
 

@@ -23,7 +23,7 @@ from typing import IO, Iterable, Sequence
 
 import numpy as np
 
-from pseudopairs.io import atomic_path
+from pseudopairs.core.io import atomic_path
 
 INSTALL_HINT = "pip install 'pseudopairs[smalr]' (gensim)"
 

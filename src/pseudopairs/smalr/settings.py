@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pseudopairs.settings import Settings, SettingsError, setting
+from pseudopairs.core.settings import Settings, SettingsError, setting
 
 PRETRAIN_MODES = ("straight_through", "soft")
 

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from pseudopairs import commands
-from pseudopairs.io import read_captions, write_json_atomic
+from pseudopairs.core.io import read_captions, write_json_atomic
 from pseudopairs.smalr.settings import HEM_INIT_FORMAT, FastTextSettings, HemSettings
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def pretrain_hem_step(spec: dict, *, vocab_out, init_out) -> dict:
 
     import torch
 
-    from pseudopairs.io import atomic_path
+    from pseudopairs.core.io import atomic_path
     from pseudopairs.smalr.fasttext import read_vec
     from pseudopairs.smalr.hem_build import Sentence, build_hem
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
-from pseudopairs.io import remove_owned_files, write_text_atomic
+from pseudopairs.core.io import remove_owned_files, write_text_atomic
 from pseudopairs.translation.convert import ModelDir
 from pseudopairs.translation.settings import TranslateSettings
 from pseudopairs.translation.text import sha256_file

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 from pseudopairs.data.contract import dataset, dataset_files, dataset_kind
 from pseudopairs.data.text_contract import model_args, model_inputs
 from pseudopairs.translation import models as M

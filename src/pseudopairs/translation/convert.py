@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pseudopairs.io import atomic_directory
+from pseudopairs.core.io import atomic_directory
 from pseudopairs.translation.checkpoint import load_checkpoint
 from pseudopairs.translation.settings import QUANTIZATIONS
 from pseudopairs.translation.text import SentencePieceTokenizer, sha256_file

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_directory
-from pseudopairs.registry import Registry
+from pseudopairs.core.io import atomic_directory
+from pseudopairs.core.registry import Registry
 from pseudopairs.translation.convert import (SHARED_TOKENIZER, convert_checkpoint, convert_opennmt_into,
                                              copy_tokenizers, write_model_info)
 from pseudopairs.translation import convert as _convert_module

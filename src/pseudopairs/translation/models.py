@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pseudopairs.settings import Settings, SettingsError, language_hint, setting
+from pseudopairs.core.settings import Settings, SettingsError, language_hint, setting
 from pseudopairs.translation.settings import QUANTIZATIONS
 
 #: Where a model comes from, in the form it is stored in.

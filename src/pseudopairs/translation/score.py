@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from pseudopairs import commands
-from pseudopairs.io import write_json_atomic
+from pseudopairs.core.io import write_json_atomic
 from pseudopairs.translation.convert import open_model_dir
 from pseudopairs.translation.settings import TranslateSettings
 from pseudopairs.translation.text import (_library_versions, compute_bleu, read_parallel,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pseudopairs.settings import Settings, device_setting, setting
+from pseudopairs.core.settings import Settings, device_setting, setting
 
 
 #: The published OpenNMT-py English→German Transformer (archive: averaged-10-epoch.pt and

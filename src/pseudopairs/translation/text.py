@@ -101,7 +101,7 @@ def write_text_lines(path: str | os.PathLike, lines: Sequence[str]) -> None:
     in ``.gz``."""
     import gzip
 
-    from pseudopairs.io import atomic_path
+    from pseudopairs.core.io import atomic_path
 
     path = Path(path)
     data = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines).encode("utf-8")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pseudopairs import commands
-from pseudopairs.io import atomic_directory, atomic_path
+from pseudopairs.core.io import atomic_directory, atomic_path
 from pseudopairs.translation.convert import SHARED_TOKENIZER
 from pseudopairs.translation.settings import TranslationTrainSettings
 from pseudopairs.translation.text import (SentencePieceTokenizer, _library_versions, compute_bleu,

@@ -19,14 +19,14 @@ from typing import Any, Sequence
 import pandas as pd
 
 from pseudopairs import commands
-from pseudopairs.io import (CAPTION_COLUMNS, MAX_EMPTY_CAPTION_SHARE, read_captions, write_json_atomic,
+from pseudopairs.core.io import (CAPTION_COLUMNS, MAX_EMPTY_CAPTION_SHARE, read_captions, write_json_atomic,
                             write_parquet_atomic)
 from pseudopairs.translation.chunks import (ChunkResult, _read_chunk, _source_digest, _write_chunk,
                                             remove_chunks, translation_fingerprint)
 from pseudopairs.translation.convert import ModelDir, open_model_dir
 from pseudopairs.translation.moses import preparer
 from pseudopairs.translation.settings import TranslateSettings, _is_int
-from pseudopairs.settings import resolve_device as settings_device
+from pseudopairs.core.settings import resolve_device as settings_device
 from pseudopairs.translation.text import _library_versions, read_text_lines, write_text_lines
 
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def ctranslate2_device(settings: TranslateSettings) -> tuple[str, int, str]:
     """(device, device index, compute type) for CTranslate2 from ``translation.translate.device``
-    (the one device notion, :func:`pseudopairs.settings.resolve_device`, with the GPUs
+    (the one device notion, :func:`pseudopairs.core.settings.resolve_device`, with the GPUs
     CTranslate2 sees: ``cuda:N`` is device ``cuda``, index N); compute type ``auto`` is int8 on
     CPU and float16 on CUDA. Unsupported types are errors."""
     import ctranslate2

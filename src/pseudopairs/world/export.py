@@ -29,7 +29,7 @@ import pandas as pd
 
 from pseudopairs import commands
 from pseudopairs.data.corpora import WORLD_EXPORTS
-from pseudopairs.io import atomic_directory
+from pseudopairs.core.io import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def export_parallel(world: dict[str, Any], langs: tuple[str, ...], output: str |
     """The world's parallel sentences (``world.parallel`` per split) in ``langs``, one file per
     split and language (``{split}.{lang}``, line k of each the same sentence): the parallel
     text a user brings to train a translation model of their own."""
-    from pseudopairs.io import write_text_atomic
+    from pseudopairs.core.io import write_text_atomic
     from pseudopairs.world.generate import parallel_sentences
     from pseudopairs.world.settings import WorldSettings
 

@@ -17,7 +17,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from pseudopairs import commands
-from pseudopairs.io import (IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, atomic_path, write_parquet_atomic,
+from pseudopairs.core.io import (IMAGE_COLUMNS, RAW_CAPTION_COLUMNS, atomic_path, write_parquet_atomic,
                             write_text_atomic)
 from pseudopairs.world.content import BACKGROUNDS, KIND_WEIGHTS, kinds_of
 from pseudopairs.world.grammar import CaptionSpec, CaptionStyle, realise, sample_caption_spec

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pseudopairs.registry import Registry
+from pseudopairs.core.registry import Registry
 
 # --------------------------------------------------------------------------------------------
 # The semantic lexicon: what can be said (every language's lexicon is aligned with it)

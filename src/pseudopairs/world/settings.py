@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from pseudopairs.settings import Settings, setting
+from pseudopairs.core.settings import Settings, setting
 from pseudopairs.world.grammar import LANGUAGE_RELATIONS, CaptionStyle
 
 SPLITS = ("train", "val", "test")

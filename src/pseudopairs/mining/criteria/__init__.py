@@ -4,7 +4,7 @@ and their ranges, ``k`` against the data at DAG time), the ``mine`` step, the §
 benchmark and the docs table (``docs/architecture.md``, config/README.md).
 
 An entry declares its name, a one-line summary and its definition (shown in the docs), its
-parameters (:class:`Param`: a field of the settings mechanism, :func:`pseudopairs.settings.setting`
+parameters (:class:`Param`: a field of the settings mechanism, :func:`pseudopairs.core.settings.setting`
 — default, kind, range — which also gives the config schema of a pseudopair set's ``mining``
 section, :class:`CriterionSection`), its exact blocked search (on a
 :class:`pseudopairs.mining.search.SearchContext`) and its brute-force reference on the full float64
@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pseudopairs.registry import Registry
-from pseudopairs.settings import SettingsError, check_value, setting, value_schema
+from pseudopairs.core.registry import Registry
+from pseudopairs.core.settings import SettingsError, check_value, setting, value_schema
 
 # The modules that register the built-in criteria (imported when the registry is first read).
 BUILTIN = ("cosine", "mutual", "csls", "margin", "inverted_softmax", "dynamic_inverted_softmax", "sinkhorn")
@@ -35,7 +35,7 @@ DEFAULT_CRITERION = "cosine"
 @dataclass(frozen=True)
 class Param:
     """A criterion parameter ``name``: ``field`` is a settings field (:func:`param` makes it with
-    :func:`pseudopairs.settings.setting`: default, kind, range; its ``doc`` says how the docs and
+    :func:`pseudopairs.core.settings.setting`: default, kind, range; its ``doc`` says how the docs and
     errors describe a valid value); ``neighbourhood``: a count of neighbours, so at most the
     number of queries and of database rows."""
 

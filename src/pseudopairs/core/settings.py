@@ -11,7 +11,7 @@ The default of a setting is spelled there once; the config files set values. The
 description) when the schema is loaded.
 
 The same mechanism declares the parameters of every registered extension (a mining criterion's
-``k``, ``beta``; see :mod:`pseudopairs.registry`).
+``k``, ``beta``; see :mod:`pseudopairs.core.registry`).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class Settings:
     def explicit(self) -> dict:
         """The settings that differ from their defaults (and the required ones): what a job
         passes on, so a setting added later with a default changes no existing job's
-        parameters (:mod:`pseudopairs.jobs`); :meth:`from_dict` fills the rest in again."""
+        parameters (:mod:`pseudopairs.core.jobs`); :meth:`from_dict` fills the rest in again."""
         values = asdict(self)
         return {f.name: values[f.name] for f in fields(self)
                 if _default(f) is MISSING or values[f.name] != _default(f)}

@@ -4,10 +4,10 @@ A stage's contract resolves a job from the config and the job's wildcards (a tra
 training and model settings and its data; a mining job: the engine, the criterion and its
 parameters, the files), the rule passes it as nested JSON (:meth:`Job.to_json`) and takes its
 threads, device and resources from it, and the step rebuilds it (:meth:`Job.from_dict`) and reads
-attributes. Each part is either a :class:`~pseudopairs.settings.Settings` section (checked by its
+attributes. Each part is either a :class:`~pseudopairs.core.settings.Settings` section (checked by its
 class, every default written there once) or another :class:`Job` part, so nothing is merged into
 one flat mapping and split again, and no step looks a declared setting up with a fallback. A
-settings section travels as its explicit values (:meth:`~pseudopairs.settings.Settings.explicit`):
+settings section travels as its explicit values (:meth:`~pseudopairs.core.settings.Settings.explicit`):
 a setting added later with a default changes no existing job's parameters, so nothing reruns.
 
 A field's type says how it is rebuilt: a ``Settings`` or ``Job`` subclass from a mapping, ``list[T]``
@@ -23,7 +23,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
-from pseudopairs.settings import Settings, SettingsError, is_kind
+from pseudopairs.core.settings import Settings, SettingsError, is_kind
 
 J = TypeVar("J", bound="Job")
 

@@ -1,6 +1,6 @@
 """Reading a ``snakemake -n`` listing: every job it plans, with its rule, group job, threads,
 outputs, wildcards and resources. The one parser the plan's figures (:mod:`pseudopairs.report.plan`),
-the GPU-hours calibration (:mod:`pseudopairs.calibration`) and the cluster tests read dry runs with.
+the GPU-hours calibration (:mod:`pseudopairs.workflow.calibration`) and the cluster tests read dry runs with.
 
 A dry run with the SLURM profile lists each group job's members indented under a
 ``Group job NAME`` line; every job is a ``rule NAME:`` (or ``localrule NAME:``) block."""

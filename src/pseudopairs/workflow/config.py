@@ -17,12 +17,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from pseudopairs.calibration import calibration_errors
-from pseudopairs.cluster import device_errors, placeholder_errors
-from pseudopairs.rounds import expand_rounds
-from pseudopairs.settings import LANG_PATTERN, PATTERN_TEXT, deep_update, expand_schema, language_hint
+from pseudopairs.workflow.calibration import calibration_errors
+from pseudopairs.workflow.cluster import device_errors, placeholder_errors
+from pseudopairs.workflow.rounds import expand_rounds
+from pseudopairs.core.settings import LANG_PATTERN, PATTERN_TEXT, deep_update, expand_schema, language_hint
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
@@ -35,7 +35,7 @@ def _key(path) -> str:
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
     """The config schema, each settings section (``x-settings: module:Class``) generated from its
-    settings class (:func:`pseudopairs.settings.expand_schema`): a setting is declared once."""
+    settings class (:func:`pseudopairs.core.settings.expand_schema`): a setting is declared once."""
     return expand_schema(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
 
 

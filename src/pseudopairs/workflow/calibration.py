@@ -37,8 +37,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from pseudopairs.dryrun import listed_jobs
-from pseudopairs.settings import deep_update
+from pseudopairs.workflow.dryrun import listed_jobs
+from pseudopairs.core.settings import deep_update
 
 #: the job kinds a calibration covers: the resource names the GPU rules pass to job_resources
 KINDS = ("train", "evaluate", "features", "mine", "translate")
@@ -46,7 +46,7 @@ REQUIRED_RATES = ("train_updates_per_s", "validation_s", "evaluate_model_s", "fe
                   "mine_s", "mine_criterion_factor", "translate_sentences_per_s")
 REQUIRED_WORK = ("train_updates", "features_images", "translate_sentences", "startup_s", "mine_encode_s")
 DEFAULT_POLICY = {"margin": 1.5, "min_minutes": 5, "memory_margin": 1.5}
-SHIPPED = Path(__file__).resolve().parents[2] / "config" / "calibration"
+SHIPPED = Path(__file__).resolve().parents[3] / "config" / "calibration"
 
 
 class CalibrationError(ValueError):
@@ -259,7 +259,7 @@ def record(path: str | Path, *, gpu_model: str, rates: Mapping | None = None,
     ``provenance`` says "measured on <gpu_model> <date>" (+ ``note``). A new file starts from
     ``base`` (default: the shipped ``config/calibration/h100.yaml``), so the entries no benchmark
     measured keep their shipped values and provenance. A file of another GPU model is refused."""
-    from pseudopairs.io import write_text_atomic
+    from pseudopairs.core.io import write_text_atomic
 
     path = Path(path)
     if path.is_file():

@@ -14,7 +14,7 @@ in a new stack changes no other stack's job.
 from __future__ import annotations
 
 from pseudopairs.data.contract import dataset, dataset_kind
-from pseudopairs.experiments import experiment, shown_models
+from pseudopairs.data.experiments import experiment, shown_models
 from pseudopairs.mining.contract import pseudopair_set, pseudopair_sets
 from pseudopairs.model.contract import experiment_training
 

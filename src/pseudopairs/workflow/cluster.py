@@ -9,7 +9,7 @@
   ``resources.runtime_cap`` (the longest walltime the site's partitions accept, or the longest it
   wants asked for): rules that run one after the other in one group job (train, then evaluate)
   share the cap in proportion to their own times, so the group's sum stays under it too.
-* With ``resources.calibration`` (a file of measured GPU rates, :mod:`pseudopairs.calibration`),
+* With ``resources.calibration`` (a file of measured GPU rates, :mod:`pseudopairs.workflow.calibration`),
   the GPU job kinds (train, evaluate, features, mine, translate) ask for the walltime and memory
   their measured rates give instead of ``resources.runtime`` / ``resources.mem_mb``.
 * ``resources.override`` (``mem_mb`` / ``runtime`` per job kind) wins over both: the one way to
@@ -170,10 +170,10 @@ def walltime(runtimes: dict[str, int], rule: str, attempt: int, *, cap: int | No
 
 class ClusterResources:
     """The resources of the rules of one config (its ``resources`` section and, for the
-    calibrated job kinds, its ``resources.calibration`` file; :mod:`pseudopairs.calibration`)."""
+    calibrated job kinds, its ``resources.calibration`` file; :mod:`pseudopairs.workflow.calibration`)."""
 
     def __init__(self, config: dict, *, calibration: Any = None) -> None:
-        from pseudopairs import calibration as calibrated
+        from pseudopairs.workflow import calibration as calibrated
 
         self.config = config
         self.resources = config["resources"]
@@ -217,14 +217,14 @@ class ClusterResources:
 
     def first_minutes(self, rule: str, *, models: int = 1, wildcards: Any = None) -> int:
         """The walltime of ``rule``'s job on its first attempt, uncapped: the calibrated minutes of
-        its job kind (:meth:`pseudopairs.calibration.Calibration.requested_minutes`; a mine job's
+        its job kind (:meth:`pseudopairs.workflow.calibration.Calibration.requested_minutes`; a mine job's
         for the criterion of its ``pseudopairs`` wildcard) when there is a calibration and the
         rule is of a calibrated kind, else ``resources.runtime`` × ``models``."""
         forced = self.override("runtime", rule)
         if forced is not None:
             return forced
         if self.calibrated(rule):
-            from pseudopairs.calibration import mine_criterion
+            from pseudopairs.workflow.calibration import mine_criterion
 
             criterion = mine_criterion(self.config, wildcards) if rule == "mine" else None
             return self.calibration.requested_minutes(rule, self.config, models=models, criterion=criterion)

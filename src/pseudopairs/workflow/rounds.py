@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pseudopairs import layout
+from pseudopairs.core import layout
 
 KEYS = {"source", "rounds", "pseudopairs", "dataset", "experiment", "finetune", "c2c_pseudopairs", "table"}
 
