@@ -340,7 +340,7 @@ use rule * from pseudopairs as pp_*
 
 
 def test_the_top_level_is_the_api_the_stages_and_two_shared_packages():
-    """The package's face (issue 44): the public API and the command line at the top, the stages,
+    """The package's face: the public API and the command line at the top, the stages,
     ``core`` (what every stage stands on: it imports no stage and no workflow module) and
     ``workflow`` (what the Snakefile plans with: of the stages only the report (plans, rounds) and
     the search stage (the export reads the run's configuration) import it)."""

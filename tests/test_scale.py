@@ -48,11 +48,17 @@ def test_a_manifest_lists_the_needed_files_by_content_and_is_rewritten_only_when
     os.utime(out, ns=(1_000_000_000, 1_000_000_000))
     (folder / "unrelated.txt").write_text("notes")                 # not in the list
     os.utime(folder / "1.jpg", ns=(2_000_000_000, 2_000_000_000))  # touched, same content
-    assert refresh_manifest(tmp_path / "list.parquet", out, folder) is False
+    # still missing 3.jpg: the refresh writes nothing and hands back the manifest that would
+    # name it (for the refusal), so the refused plan leaves the file and its time as they were
+    refused = refresh_manifest(tmp_path / "list.parquet", out, folder)
+    assert refused["files"][2] == ["3.jpg", None, None] and refused["n_missing"] == 1
     assert out.stat().st_mtime_ns == 1_000_000_000                 # untouched
     (folder / "3.jpg").write_bytes(b"now here")                    # a needed image appears
     assert refresh_manifest(tmp_path / "list.parquet", out, folder) is True
     assert out.stat().st_mtime_ns > 1_000_000_000
+    os.utime(out, ns=(1_000_000_000, 1_000_000_000))
+    assert refresh_manifest(tmp_path / "list.parquet", out, folder) is False  # complete, unchanged
+    assert out.stat().st_mtime_ns == 1_000_000_000
     assert refresh_manifest(tmp_path / "nolist.parquet", out, folder) is None
 
 
