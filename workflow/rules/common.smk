@@ -6,11 +6,9 @@ import re
 import sys
 from pathlib import Path
 
-from pseudopairs.workflow import cluster, environment
-
 from pseudopairs.core import layout
+from pseudopairs.workflow import cluster, environment, stacks
 from pseudopairs.workflow import rounds as chains_of_rounds
-from pseudopairs.workflow import stacks
 from pseudopairs.data import contract as data_contract
 from pseudopairs.data import corpora
 from pseudopairs.data import text_contract
@@ -34,7 +32,8 @@ WORLD_CORPORA = corpora.WORLD_CORPORA  # corpus -> has images
 world_export = corpora.WORLD_EXPORTS
 FMT = config["features"]["format"]
 SPLITS = list(data_contract.SPLITS)
-MODELS = stacks.model_seeds(config)  # experiment -> the seeds the outputs need (pseudopairs.workflow.stacks)
+# experiment -> the seeds the outputs need (pseudopairs.workflow.stacks)
+MODELS = stacks.model_seeds(config)
 # for `snakemake --report`: the paths that exist (a report after a partial run); else all
 present = report_targets.presence(workflow)
 
@@ -87,18 +86,18 @@ def from_wildcards(function, *names, key=None, then=None, to_json=False, sort_ke
 job_resources, stack_resources = cluster.rule_resources(config)
 
 
-
 def _raw_resources(resources):
     """name -> the value as written, of Snakemake's parsed --default-resources / --set-resources."""
-    return {name: getattr(resource, "raw", resource) for name, resource in (resources or {}).items()}
+    items = (resources or {}).items()
+    return {name: getattr(resource, "raw", resource) for name, resource in items}
 
 
 # a placeholder SLURM value given on the command line or in a profile is refused like one in a
 # site file (cluster.placeholder_errors), before any job is submitted
+_overrides = workflow.resource_settings._parsed_overwrite_resources.items()
 _placeholders = cluster.option_placeholder_errors(
     _raw_resources(workflow.resource_settings._parsed_default_resources),
-    {rule: _raw_resources(values)
-     for rule, values in workflow.resource_settings._parsed_overwrite_resources.items()},
+    dict((rule, _raw_resources(values)) for rule, values in _overrides),
 )
 if _placeholders:
     raise WorkflowError("; ".join(_placeholders))
