@@ -22,12 +22,12 @@ SHA-256) names the exported model; an index stores it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from pseudopairs.core.io import UnreadableFileError
+from pseudopairs.data.manifest import file_digest as file_sha256  # the one file hash (manifests too)
 
 FORMAT = "pseudopairs.search-model/1"
 CONFIG = "config.json"
@@ -42,14 +42,6 @@ class ModelFolderError(UnreadableFileError):
     """An exported model folder (or the run it is exported from) that cannot be used as it is:
     a missing or altered file, tensors that do not match ``config.json``; the message names the
     file."""
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_hash(folder: str | Path) -> str:
