@@ -132,10 +132,12 @@ def archive(path):
 
 def feature_weights_input(wildcards):
     """The features job's weights input (pseudopairs.features.contract.weights_inputs); a weights
-    file it needs that is missing stops the DAG here, dry run included, naming the file."""
+    file it needs that is missing stops the DAG here, dry run included, naming the file: one line,
+    once, on the console (SystemExit: Snakemake wraps any Exception raised by an input function
+    in an InputFunctionException traceback that repeats it)."""
     problem = features_contract.missing_weights(config, wildcards.corpus, wildcards.split)
     if problem:
-        raise WorkflowError(problem)
+        raise SystemExit(problem)
     return features_contract.weights_inputs(config)
 
 
