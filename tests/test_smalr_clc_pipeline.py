@@ -102,6 +102,53 @@ def test_query_versions_align_translations_by_caption():
                        source="captions.parquet", features="f", names={"de": "tr.parquet"})
 
 
+def test_split_scores_take_each_languages_queries_from_its_own_caption_table(tmp_path):
+    """En's queries from a five-captions-per-image table, Fr's from a one-caption table, each
+    scored in both languages (its translation matched by image and caption): the (L, Q, I) scores
+    are the similarity of each version's encoding with each image's, worked out here by hand."""
+    from pseudopairs.core.io import save_features, write_parquet_atomic
+    from pseudopairs.evaluation.clc import split_scores
+
+    def table(path, rows):
+        frame = pd.DataFrame(rows, columns=["image_id", "lang", "caption_idx", "text"])
+        frame.insert(0, "dataset", "d")
+        frame.insert(1, "split", "test")
+        frame["raw"] = frame["text"]
+        write_parquet_atomic(path, frame)
+        return str(path)
+
+    images = ["i0", "i1"]
+    features = tmp_path / "test.npz"
+    save_features(features, image_ids=images, features=np.array([[1.0, 0.0], [0.0, 1.0]], np.float32))
+    five = table(tmp_path / "five.parquet", [(i, "en", k, f"{i} en {k}") for i in images for k in range(5)])
+    one = table(tmp_path / "one.parquet", [("i1", "fr", 0, "i1 fr"), ("i0", "fr", 0, "i0 fr"),
+                                           ("i0", "en", 0, "not a query: the five-caption table has En")])
+    en2fr = table(tmp_path / "en2fr.parquet", [(i, "fr", k, f"{i} en {k} -> fr") for i in images for k in range(5)])
+    fr2en = table(tmp_path / "fr2en.parquet", [(i, "en", 0, f"{i} fr -> en") for i in images])
+    spec = {"langs": ["en", "fr"], "features": {"test": str(features)},
+            "captions": {"test": {"en": five, "fr": one}},
+            "translations": {"test": {"en": {"fr": en2fr}, "fr": {"en": fr2en}}}}
+    seen = []
+
+    def encode_texts(texts, lang):   # a caption of image i points at i; a translation off it (cosine 0.6)
+        seen.append((lang, list(texts)))
+        own = {"i0": [1.0, 0.0], "i1": [0.0, 1.0]}
+        translated = {"i0": [0.6, 0.8], "i1": [0.8, 0.6]}
+        return torch.tensor([(translated if "->" in t else own)[t[:2]] for t in texts], dtype=torch.float64)
+
+    out = split_scores(spec, "test", encode_images=lambda f: torch.as_tensor(f, dtype=torch.float64),
+                       encode_texts=encode_texts, similarity="cosine")
+    en, index = out["en"]
+    assert en.shape == (2, 10, 2) and index.tolist() == [0] * 5 + [1] * 5
+    assert en[0, :5, 0].tolist() == pytest.approx([1.0] * 5)                  # slot en: the caption
+    assert en[1, :5, 0].tolist() == pytest.approx([0.6] * 5)                  # slot fr: en -> fr
+    assert en[0, 5:, 0].tolist() == pytest.approx([0.0] * 5) and en[1, 5:, 1].tolist() == pytest.approx([0.6] * 5)
+    fr, index = out["fr"]
+    assert fr.shape == (2, 2, 2) and index.tolist() == [1, 0]                  # the table's order
+    assert seen[2] == ("en", ["i1 fr -> en", "i0 fr -> en"]) and seen[3] == ("fr", ["i1 fr", "i0 fr"])
+    assert fr[:, 0, 1].tolist() == pytest.approx([0.6, 1.0])                  # slot en: a translation
+
+
 # ---------------------------------------------------------------------------------------------
 # parallel text
 
@@ -156,6 +203,19 @@ def test_directions_and_models_of_the_demo():
     spec = clc_contract.evaluation_spec(config, "smalr")
     assert spec["translations"]["test"]["de"] == {
         t: f"results/clc/translations/de2{t}/test.parquet" for t in ("en", "fr", "cs")}
+    # 002's Table 2: En and De queries are the comparable portion's five captions per image (the
+    # table's lang_test_corpora, as the SMALR row above the CLC rows), Fr and Cs the translation
+    # portion's one; each direction translates its source language's query set
+    assert spec["captions"]["test"] == {"en": "results/captions/m30k/test.parquet",
+                                        "de": "results/captions/m30k/test.parquet",
+                                        "fr": "results/captions/m30k_task1/test.parquet",
+                                        "cs": "results/captions/m30k_task1/test.parquet"}
+    assert spec["captions"]["val"]["en"] == "results/captions/m30k/val.parquet"
+    assert clc_contract.translate_spec(config, "de2fr", "test")["captions"] == "results/captions/m30k/test.parquet"
+    assert clc_contract.translate_spec(config, "fr2de", "val")["captions"] == \
+        "results/captions/m30k_task1/val.parquet"
+    inputs = clc_contract.evaluation_inputs(config, "smalr", 1)
+    assert {"results/captions/m30k/test.parquet", "results/captions/m30k_task1/val.parquet"} <= set(inputs)
     assert spec["classifier"]["hidden"] == paper.CLC_HIDDEN
     assert spec["classifier"]["iterations"] == paper.CLC_ITERATIONS
     assert clc_contract.clc_models(config) == {"smalr": [1, 2]}
@@ -181,6 +241,12 @@ def test_config_errors_name_the_key():
     bad["tables"]["table_smalr2"]["test_corpus"] = bad["evaluation"]["corpus"]
     assert any(f"tables.table_smalr2.rows.{k}.clc" in m and "translation corpus" in m
                for m in contract_errors(bad))
+    bad = copy.deepcopy(config)             # a second CLC table testing De elsewhere: refused
+    second = copy.deepcopy(bad["tables"]["table_smalr2"])
+    second["lang_test_corpora"] = {"en": "m30k"}
+    bad["tables"]["table_smalr2_copy"] = second
+    assert any("tables.table_smalr2_copy.lang_test_corpora.de" in m and "'m30k_task1'" in m
+               and "table_smalr2 test de on 'm30k'" in m for m in clc_contract.check(bad)), clc_contract.check(bad)
     bad = copy.deepcopy(config)
     bad["clc"] = {"parallel": "web"}
     assert any("clc.parallel" in m for m in clc_contract.check(bad))

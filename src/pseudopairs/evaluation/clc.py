@@ -1,9 +1,11 @@
 """Cross-Lingual Consistency's evaluation (paper 002 §3.4; its translation models' parallel text:
-:mod:`pseudopairs.smalr.clc_text`): ``evaluate-clc`` (``metrics.clc.json``: every test query of the
-translation corpus scored in each CLC language — the query itself in its own language, its
-machine translations in the others, each encoded by the model in that language — and the
-(language, query, image) scores aggregated by CLC-A, the mean, and CLC-C, the MLP trained on the
-validation split's scores; image–sentence retrieval metrics per query language)."""
+:mod:`pseudopairs.smalr.clc_text`): ``evaluate-clc`` (``metrics.clc.json``: every test query of
+each language's query set -- the translation corpus, or the CLC tables' ``lang_test_corpora``
+(:func:`pseudopairs.smalr.clc_contract.query_corpus`) -- scored in each CLC language: the query
+itself in its own language, its machine translations in the others, each encoded by the model in
+that language; the (language, query, image) scores aggregated by CLC-A, the mean, and CLC-C, the
+MLP trained on the validation split's scores; image–sentence retrieval metrics per query
+language)."""
 
 from __future__ import annotations
 
@@ -86,24 +88,27 @@ def retrieval_from_scores(scores, index) -> dict[str, float]:
 # evaluate-clc
 
 
-def split_scores(model, vocab, spec: dict, split: str, *, device: str):
-    """query language -> ((L, Q, I) scores in ``spec['langs']`` order, (Q,) image rows)."""
-    from pseudopairs.model.encode import encode_captions_texts, encode_image_features
-
+def split_scores(spec: dict, split: str, *, encode_images, encode_texts, similarity: str):
+    """query language -> ((L, Q, I) scores in ``spec['langs']`` order, (Q,) image rows): language
+    ``lang``'s queries are its captions in ``spec['captions'][split][lang]`` (its query corpus),
+    each version encoded by ``encode_texts(texts, lang=...)``, the images by
+    ``encode_images(features)``."""
     langs = spec["langs"]
     image_ids, features = load_features(spec["features"][split])
-    images = encode_image_features(model, features).cpu()
-    captions = read_captions(spec["captions"][split])
+    images = torch.as_tensor(encode_images(features)).cpu()
     paths = spec["translations"][split]
+    tables: dict[str, pd.DataFrame] = {}
     out = {}
     for lang in langs:
-        tables = {t: read_captions(p) for t, p in paths[lang].items()}
-        versions, index = query_versions(captions, tables, image_ids, lang=lang, langs=langs,
-                                         source=spec["captions"][split], features=spec["features"][split],
+        source = spec["captions"][split][lang]
+        if source not in tables:
+            tables[source] = read_captions(source)
+        translations = {t: read_captions(p) for t, p in paths[lang].items()}
+        versions, index = query_versions(tables[source], translations, image_ids, lang=lang, langs=langs,
+                                         source=source, features=spec["features"][split],
                                          names=paths[lang])
-        encoded = [encode_captions_texts(model, vocab, versions[t], lang=t, batch_size=256).cpu()
-                   for t in langs]
-        out[lang] = (score_tensor(images, encoded, model.similarity), index)
+        encoded = [torch.as_tensor(encode_texts(versions[t], lang=t)).cpu() for t in langs]
+        out[lang] = (score_tensor(images, encoded, similarity), index)
     return out
 
 
@@ -133,10 +138,15 @@ def evaluate_clc(*, checkpoint: str, vocab_path: str, spec: dict, seed: int, dev
     from pseudopairs.model.checkpoints import load_model
     from pseudopairs.model.text_encoders import load_vocabulary
 
+    from pseudopairs.model.encode import encode_captions_texts, encode_image_features
+
     model, _ = load_model(checkpoint, device=device)
     vocab = load_vocabulary(vocab_path)
+    encoders = {"encode_images": lambda features: encode_image_features(model, features),
+                "encode_texts": lambda texts, lang: encode_captions_texts(model, vocab, texts, lang=lang,
+                                                                          batch_size=256)}
     with torch.no_grad():
-        val, test = (split_scores(model, vocab, spec, s, device=device) for s in ("val", "test"))
+        val, test = (split_scores(spec, s, **encoders, similarity=model.similarity) for s in ("val", "test"))
     return clc_metrics(val, test, langs=spec["langs"], classifier=spec["classifier"], seed=seed)
 
 

@@ -91,7 +91,7 @@ def retrieval_table(spec: dict, metrics: dict[str, list[dict]]) -> pd.DataFrame:
         # a CLC row: its experiment's metrics.clc.json, under the row's aggregate (clc_a, clc_c)
         default = spec.get("retrieval_key", "retrieval")
         # per language (``retrieval_keys``: a table with ``lang_test_corpora``); a CLC row reads
-        # metrics.clc.json, tested on the translation portion in every language
+        # metrics.clc.json, whose queries per language follow the same lang_test_corpora
         keys = {lang: row["clc"] if row.get("clc") else spec.get("retrieval_keys", {}).get(lang, default)
                 for lang in langs}
         runs = {lang: metrics.get(clc_key(row["experiment"]) if row.get("clc") else row_experiment(row, lang), [])

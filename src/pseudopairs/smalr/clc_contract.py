@@ -19,7 +19,7 @@ from typing import Any
 from pseudopairs.core import layout
 from pseudopairs.data.contract import feature_format
 from pseudopairs.data.text_contract import model_args, model_inputs
-from pseudopairs.data.experiments import seeds_by_experiment, table_test_corpus
+from pseudopairs.data.experiments import seeds_by_experiment, table_lang_test_corpus, table_test_corpus
 from pseudopairs.smalr import augment_contract
 from pseudopairs.smalr.settings import CLC_AGGREGATES, CLCSettings
 
@@ -134,10 +134,22 @@ def train_inputs(config: dict, name: str) -> dict[str, str]:
             for side, lang in (("source", source), ("target", target))}
 
 
+def query_corpus(config: dict, lang: str) -> str:
+    """The corpus whose ``val`` and ``test`` captions are language ``lang``'s CLC queries: the CLC
+    tables' ``lang_test_corpora[lang]`` (paper 002's Table 2: En and De on the comparable
+    portion's five captions per image, so a CLC row and the row above it share the test set),
+    else the translation corpus (:func:`check` refuses CLC tables that disagree)."""
+    tables = dict.fromkeys(table for table, _ in clc_rows(config))
+    named = [table_lang_test_corpus(config, t, lang) for t in tables
+             if lang in config["tables"][t].get("langs", [])]
+    return named[0] if named else config["evaluation"]["translation_corpus"]
+
+
 def translate_spec(config: dict, name: str, split: str) -> dict[str, str]:
-    """The ``translate-captions`` job of direction ``name`` on the translation corpus' ``split``."""
+    """The ``translate-captions`` job of direction ``name`` on ``split`` of the source language's
+    query corpus (:func:`query_corpus`)."""
     source, target = direction(config, name)
-    corpus = config["evaluation"]["translation_corpus"]
+    corpus = query_corpus(config, source)
     return {"model": model_dir(config, name), "captions": layout.captions(corpus, split),
             "source_lang": source, "target_lang": target, "dataset": f"{corpus}.{target}-mt"}
 
@@ -159,16 +171,18 @@ def clc_models(config: dict) -> dict[str, list[int]]:
 
 
 def evaluation_spec(config: dict, name: str) -> dict[str, Any]:
-    """``evaluate-clc``'s inputs for experiment ``name``: per split, the translation corpus'
-    captions, the evaluation corpus' features (the same images) and every direction's
-    translations (query language -> target language -> file), and CLC-C's settings."""
+    """``evaluate-clc``'s inputs for experiment ``name``: per split, each query language's
+    captions (its :func:`query_corpus`; query language -> file), the evaluation corpus' features
+    (the same images) and every direction's translations (query language -> target language ->
+    file), and CLC-C's settings."""
     evaluation, fmt = config["evaluation"], feature_format(config)
     langs = clc_langs(config)
     settings = clc_settings(config).to_dict()
     return {
         "experiment": name,
         "langs": langs,
-        "captions": {s: layout.captions(evaluation["translation_corpus"], s) for s in CLC_SPLITS},
+        "captions": {s: {lang: layout.captions(query_corpus(config, lang), s) for lang in langs}
+                     for s in CLC_SPLITS},
         "features": {s: layout.features(evaluation["corpus"], s, fmt) for s in CLC_SPLITS},
         "translations": {s: {a: {b: layout.clc_translations(direction_name(a, b), s)
                                  for b in langs if b != a} for a in langs} for s in CLC_SPLITS},
@@ -180,7 +194,8 @@ def evaluation_spec(config: dict, name: str) -> dict[str, Any]:
 def evaluation_inputs(config: dict, name: str, seed: int) -> list[str]:
     spec = evaluation_spec(config, name)
     paths = [layout.checkpoint(name, seed), layout.model_vocabulary(name, seed)]
-    paths += list(spec["captions"].values()) + list(spec["features"].values())
+    paths += [p for by_lang in spec["captions"].values() for p in by_lang.values()]
+    paths += list(spec["features"].values())
     paths += [p for by_query in spec["translations"].values() for by_target in by_query.values()
               for p in by_target.values()]
     return list(dict.fromkeys(paths))
@@ -207,6 +222,15 @@ def check(config: dict) -> list[str]:
             if len(spec.get("langs", [])) < 2:
                 messages.append(f"config key '{key}': CLC needs two languages or more in "
                                 f"'tables.{table}.langs'")
+    first: dict[str, tuple[str, str]] = {}   # lang -> (table, corpus): one query set per language
+    for table in dict.fromkeys(t for t, _ in clc_rows(config)):
+        for lang in config["tables"][table].get("langs", []):
+            corpus = table_lang_test_corpus(config, table, lang)
+            seen = first.setdefault(lang, (table, corpus))
+            if seen[1] != corpus:
+                messages.append(f"config key 'tables.{table}.lang_test_corpora.{lang}': {corpus!r}, but "
+                                f"the CLC rows of table {seen[0]} test {lang} on {seen[1]!r} (CLC "
+                                "translates one query set per language)")
     messages += augment_contract.check(config)
     if not clc_rows(config):
         if not augment_contract.augmented_datasets(config) or "translation" not in config:
