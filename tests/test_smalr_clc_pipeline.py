@@ -61,6 +61,34 @@ def test_ties_rank_the_correct_candidate_first_and_match_the_exact_engine():
     assert ours == pytest.approx(exact)
     tied = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
     assert ranks_from_scores(tied, [1])["t2i"].tolist() == [0]
+    # ties="last": image 0, scoring as the correct image 1, ranks above it (I->T: image 1's only
+    # query is its own, so nothing ranks above it)
+    last = ranks_from_scores(tied, [1], ties="last")
+    assert last["t2i"].tolist() == [1] and last["i2t"].tolist() == [0]
+    both = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)   # I->T: query 1 ties query 0
+    assert ranks_from_scores(both, [0, 1], ties="last")["i2t"].tolist() == [1, 1]
+    assert ranks_from_scores(both, [0, 1])["i2t"].tolist() == [0, 0]
+    assert retrieval_from_scores(scores, index, ties="last") == pytest.approx(exact)   # no ties: the same
+    with pytest.raises(ValueError, match="ties must be one of"):
+        ranks_from_scores(tied, [1], ties="random")
+
+
+def test_a_collapsed_clc_classifier_ranks_nothing_first():
+    """A constant score (CLC-C on Eq. (3)'s plateau, or all its ReLU units off: exactly 0) ties
+    every candidate: CLC's metrics rank the ties above the correct one, so it recalls nothing
+    (with the engines' convention it would recall everything: 100)."""
+    n = 20
+    flat = torch.zeros(2, n, n, dtype=torch.float64)
+    test = {lang: (flat, np.arange(n)) for lang in ("en", "de")}
+    gen = torch.Generator().manual_seed(0)
+    val = {lang: (torch.rand(2, n, n, generator=gen, dtype=torch.float64), np.arange(n)) for lang in ("en", "de")}
+    classifier = {"hidden": 4, "iterations": 2, "learning_rate": 0.05, "margin": 0.2, "top_k": 2,
+                  "init": "uniform", "seed": 0}
+    result = clc_metrics(val, test, langs=["en", "de"], classifier=classifier, seed=1)
+    assert result["ties"] == "last"
+    for aggregate in ("single", "clc_a", "clc_c"):
+        assert result[aggregate]["en"]["mean_recall"] == 0.0, aggregate
+    assert retrieval_from_scores(flat[0], np.arange(n))["mean_recall"] == 100.0   # ties="first"
 
 
 def test_clc_metrics_train_on_val_and_report_each_query_language():

@@ -61,26 +61,37 @@ def score_tensor(images: torch.Tensor, versions: list[torch.Tensor], similarity:
     return torch.stack([scores(images, torch.as_tensor(v, dtype=torch.float64)).t() for v in versions])
 
 
-def ranks_from_scores(scores: torch.Tensor, index) -> dict[str, np.ndarray]:
-    """0-based ranks of a (Q, I) score matrix where query q describes image ``index[q]``, as the
-    project's reference engine ranks (a correct candidate first among equal scores): T→I, the
-    images scoring above the query's own; I→T (images with a query), the other images' queries
-    scoring above its best one."""
+#: How a correct candidate ranks among equal scores: ``first`` (the project's exact engines'
+#: convention, for embeddings where ties have measure zero) or ``last`` (the other candidates with
+#: an equal score rank above it). CLC's metrics use ``last``: CLC-C is a ReLU MLP whose output is
+#: exactly 0 for every pair whose hidden units are all off, and a collapsed classifier (a constant
+#: score, Eq. (3)'s plateau) would otherwise rank every correct candidate first.
+TIES = ("first", "last")
+
+
+def ranks_from_scores(scores: torch.Tensor, index, *, ties: str = "first") -> dict[str, np.ndarray]:
+    """0-based ranks of a (Q, I) score matrix where query q describes image ``index[q]``: T→I,
+    the images scoring above the query's own; I→T (images with a query), the other images'
+    queries scoring above its best one; equal scores rank above it with ``ties="last"``
+    (:data:`TIES`; ``first`` ranks as the project's reference engine)."""
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {list(TIES)}, got {ties!r}")
+    above = torch.ge if ties == "last" else torch.gt
     scores = torch.as_tensor(scores, dtype=torch.float64)
     index = torch.as_tensor(np.asarray(index), dtype=torch.int64)
     q = torch.arange(scores.shape[0])
     own = scores[q, index]
-    t2i = (scores > own.unsqueeze(1)).sum(dim=1)
     correct = torch.zeros_like(scores, dtype=torch.bool)
     correct[q, index] = True
+    t2i = (above(scores, own.unsqueeze(1)) & ~correct).sum(dim=1)
     best = scores.masked_fill(~correct, float("-inf")).max(dim=0).values           # (I,)
     rows = torch.unique(index)
-    above = ((scores > best.unsqueeze(0)) & ~correct).sum(dim=0)
-    return {"i2t": above[rows].numpy(), "t2i": t2i.numpy()}
+    i2t = (above(scores, best.unsqueeze(0)) & ~correct).sum(dim=0)
+    return {"i2t": i2t[rows].numpy(), "t2i": t2i.numpy()}
 
 
-def retrieval_from_scores(scores, index) -> dict[str, float]:
-    ranks = ranks_from_scores(scores, index)
+def retrieval_from_scores(scores, index, *, ties: str = "first") -> dict[str, float]:
+    ranks = ranks_from_scores(scores, index, ties=ties)
     return metrics_from_ranks(i2t_ranks=ranks["i2t"], t2i_ranks=ranks["t2i"])
 
 
@@ -114,7 +125,8 @@ def split_scores(spec: dict, split: str, *, encode_images, encode_texts, similar
 
 def clc_metrics(val: dict, test: dict, *, langs: list[str], classifier: dict, seed: int) -> dict:
     """CLC-C trained on every validation query (all query languages together), then per query
-    language of the test split: retrieval with the query alone (``single``), CLC-A and CLC-C."""
+    language of the test split: retrieval with the query alone (``single``), CLC-A and CLC-C,
+    equal scores ranked against the correct candidate (:data:`TIES`)."""
     from pseudopairs.smalr.clc import clc_a, clc_c, train_clc_c
 
     scores = torch.cat([val[lang][0] for lang in langs], dim=1).float()
@@ -123,12 +135,13 @@ def clc_metrics(val: dict, test: dict, *, langs: list[str], classifier: dict, se
                           learning_rate=classifier["learning_rate"], iterations=classifier["iterations"],
                           hidden=classifier["hidden"], init=classifier["init"],
                           seed=int(classifier["seed"]) + int(seed))
-    result = {"langs": list(langs), "single": {}, "clc_a": {}, "clc_c": {}}
+    result = {"langs": list(langs), "single": {}, "clc_a": {}, "clc_c": {}, "ties": "last"}
     for k, lang in enumerate(langs):
         s, index = test[lang]
-        result["single"][lang] = retrieval_from_scores(s[k], index)
-        result["clc_a"][lang] = retrieval_from_scores(clc_a(s.float()).double(), index)
-        result["clc_c"][lang] = retrieval_from_scores(clc_c(trained.model, s.float()).double(), index)
+        result["single"][lang] = retrieval_from_scores(s[k], index, ties="last")
+        result["clc_a"][lang] = retrieval_from_scores(clc_a(s.float()).double(), index, ties="last")
+        result["clc_c"][lang] = retrieval_from_scores(clc_c(trained.model, s.float()).double(), index,
+                                                      ties="last")
     result["clc_c_training"] = {"queries": int(scores.shape[1]), "images": int(scores.shape[2]),
                                 "losses": trained.losses}
     return result
