@@ -62,10 +62,11 @@ def score_tensor(images: torch.Tensor, versions: list[torch.Tensor], similarity:
 
 
 #: How a correct candidate ranks among equal scores: ``first`` (the project's exact engines'
-#: convention, for embeddings where ties have measure zero) or ``last`` (the other candidates with
-#: an equal score rank above it). CLC's metrics use ``last``: CLC-C is a ReLU MLP whose output is
-#: exactly 0 for every pair whose hidden units are all off, and a collapsed classifier (a constant
-#: score, Eq. (3)'s plateau) would otherwise rank every correct candidate first.
+#: convention, for embeddings: their ties are duplicate captions or images) or ``last`` (the other
+#: candidates with an equal score rank above it). CLC-C's metrics use ``last``: it is a ReLU MLP
+#: whose output is exactly 0 for every pair whose hidden units are all off, and a collapsed
+#: classifier (a constant score, Eq. (3)'s plateau) would otherwise rank every correct candidate
+#: first. ``single`` and CLC-A rank as every other table row (``single`` = metrics.json).
 TIES = ("first", "last")
 
 
@@ -125,8 +126,8 @@ def split_scores(spec: dict, split: str, *, encode_images, encode_texts, similar
 
 def clc_metrics(val: dict, test: dict, *, langs: list[str], classifier: dict, seed: int) -> dict:
     """CLC-C trained on every validation query (all query languages together), then per query
-    language of the test split: retrieval with the query alone (``single``), CLC-A and CLC-C,
-    equal scores ranked against the correct candidate (:data:`TIES`)."""
+    language of the test split: retrieval with the query alone (``single``), CLC-A and CLC-C
+    (CLC-C's equal scores ranked against the correct candidate: :data:`TIES`)."""
     from pseudopairs.smalr.clc import clc_a, clc_c, train_clc_c
 
     scores = torch.cat([val[lang][0] for lang in langs], dim=1).float()
@@ -135,11 +136,12 @@ def clc_metrics(val: dict, test: dict, *, langs: list[str], classifier: dict, se
                           learning_rate=classifier["learning_rate"], iterations=classifier["iterations"],
                           hidden=classifier["hidden"], init=classifier["init"],
                           seed=int(classifier["seed"]) + int(seed))
-    result = {"langs": list(langs), "single": {}, "clc_a": {}, "clc_c": {}, "ties": "last"}
+    result = {"langs": list(langs), "single": {}, "clc_a": {}, "clc_c": {},
+              "ties": {"single": "first", "clc_a": "first", "clc_c": "last"}}
     for k, lang in enumerate(langs):
         s, index = test[lang]
-        result["single"][lang] = retrieval_from_scores(s[k], index, ties="last")
-        result["clc_a"][lang] = retrieval_from_scores(clc_a(s.float()).double(), index, ties="last")
+        result["single"][lang] = retrieval_from_scores(s[k], index)
+        result["clc_a"][lang] = retrieval_from_scores(clc_a(s.float()).double(), index)
         result["clc_c"][lang] = retrieval_from_scores(clc_c(trained.model, s.float()).double(), index,
                                                       ties="last")
     result["clc_c_training"] = {"queries": int(scores.shape[1]), "images": int(scores.shape[2]),
