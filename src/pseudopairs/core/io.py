@@ -54,6 +54,19 @@ def out_of_space(err: BaseException, path: str | os.PathLike) -> OSError | None:
     return None
 
 
+@contextlib.contextmanager
+def naming_full_disk(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise a full disk (or quota) inside the block as :func:`out_of_space`'s one line
+    naming ``path``; any other error unchanged."""
+    try:
+        yield
+    except OSError as err:
+        full = out_of_space(err, path)
+        if full is not None:
+            raise full from err
+        raise
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -75,14 +88,12 @@ def atomic_path(path: str | os.PathLike, *, suffix: str | None = None) -> Iterat
     tmp_path = Path(tmp)
     os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give outputs the usual mode
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    except BaseException as err:
+        with naming_full_disk(path):
+            yield tmp_path
+            os.replace(tmp_path, path)
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
-        full = out_of_space(err, path)
-        if full is not None:
-            raise full from err
         raise
 
 
@@ -94,13 +105,8 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        try:
+        with naming_full_disk(path):
             yield tmp
-        except BaseException as err:
-            full = out_of_space(err, path)
-            if full is not None:
-                raise full from err
-            raise
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
@@ -176,17 +182,13 @@ def write_parquet_if_changed(path: str | os.PathLike, frame: pd.DataFrame) -> bo
     os.close(fd)
     scratch = Path(scratch)
     try:
-        frame.to_parquet(scratch, index=False)
-        if filecmp.cmp(scratch, path, shallow=False):
-            return False
-        os.chmod(scratch, 0o666 & ~_umask())
-        os.replace(scratch, path)
-        return True
-    except BaseException as err:
-        full = out_of_space(err, path)
-        if full is not None:
-            raise full from err
-        raise
+        with naming_full_disk(path):
+            frame.to_parquet(scratch, index=False)
+            if filecmp.cmp(scratch, path, shallow=False):
+                return False
+            os.chmod(scratch, 0o666 & ~_umask())
+            os.replace(scratch, path)
+            return True
     finally:
         with contextlib.suppress(FileNotFoundError):
             scratch.unlink()
